@@ -1,0 +1,167 @@
+"""The contract every wire format implements.
+
+taskgate speaks three wire formats: OpenAI chat completions (``/v1/chat/completions``
+and the legacy ``/v1/completions``), the OpenAI Responses API (``/v1/responses``) and
+Anthropic Messages (``/v1/messages``). Each is one module in :mod:`app.wire` that
+implements :class:`WireFormat`; the proxy, the loop guard and the watchdog only ever
+talk to this interface, so adding a fourth format touches one new file.
+
+Everything here is pure: no I/O, no clock, no database.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call the model asked for.
+
+    ``call_id`` is the wire id (chat ``tool_calls[].id``, Responses ``call_id``,
+    Anthropic ``tool_use.id``). ``arguments`` is what the model sent: the raw JSON
+    text for OpenAI formats (``function.arguments`` / ``arguments`` / custom tool
+    ``input``), the ``input`` object for Anthropic (a dict, or the concatenated
+    ``partial_json`` text when reconstructed from a stream). Canonicalisation and
+    hashing happen in :mod:`app.guard.fingerprint`, so ``'{"a":1,"b":2}'`` and
+    ``{"b": 2, "a": 1}`` fingerprint the same.
+    """
+
+    call_id: str
+    name: str
+    arguments: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """The result of one tool call, as the client sent it back in a request.
+
+    ``output`` is the result flattened to text (string content as is; a list of
+    content parts joined by ``"\\n"`` from their ``text`` fields; other parts as
+    their canonical JSON). ``is_error`` is the wire's own flag (Anthropic
+    ``tool_result.is_error``), ``None`` for formats without one: the guard then
+    decides by its configured error patterns.
+    """
+
+    call_id: str
+    output: str
+    is_error: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage reported by upstream, in tokens. Missing fields are 0."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(slots=True)
+class RequestView:
+    """What the gateway needs to know about one request body.
+
+    - ``model``: the ``model`` field, or ``None``.
+    - ``stream``: ``True`` when the body asks for SSE (``"stream": true``).
+    - ``conversation_seed``: text identifying the conversation when the client sends
+      no session header: the first system/developer instructions and the first user
+      message, concatenated. Hashed by the caller; empty when the body has none.
+    - ``tool_calls``: calls found in the trailing assistant turn of the history (the
+      turn whose results this request carries), so a result can be tied to its tool
+      name and arguments even when the gateway never saw the response.
+    - ``tool_results``: results in the trailing segment of the history (after the
+      last assistant turn). Only this segment is read: parsing costs O(new
+      messages), not O(history).
+    """
+
+    model: str | None = None
+    stream: bool = False
+    conversation_seed: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_results: list[ToolResult] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ResponseSummary:
+    """What a finished response (streamed or not) told the gateway.
+
+    ``tool_calls`` in the order the model emitted them; ``usage`` when upstream
+    reported it (``None`` otherwise); ``terminal_seen`` when the stream's own
+    terminal event arrived (chat ``data: [DONE]``, Responses ``response.completed``
+    / ``response.incomplete`` / ``response.failed``, Anthropic ``message_stop``);
+    always ``True`` for a non-streamed body.
+    """
+
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage | None = None
+    terminal_seen: bool = False
+
+
+class EventKind(enum.Enum):
+    """How the watchdog treats one SSE event.
+
+    ``CONTENT``: carries model output (text, reasoning, tool-call delta); progress.
+    ``DATA``: a real event without content (role header, usage, metadata); progress
+    once content has started. ``HEARTBEAT``: keep-alive (Anthropic ``ping``); relayed,
+    never progress. ``TERMINAL``: the stream's own end event.
+    """
+
+    CONTENT = "content"
+    DATA = "data"
+    HEARTBEAT = "heartbeat"
+    TERMINAL = "terminal"
+
+
+class StreamObserver(Protocol):
+    """Incremental view of one SSE response stream.
+
+    Fed decoded SSE events in order (``event`` is the SSE ``event:`` field or ``""``,
+    ``data`` the joined ``data:`` lines). Must cost O(event) per call and keep only
+    the partial tool calls and usage, never the whole stream.
+    """
+
+    def feed(self, event: str, data: str) -> EventKind:
+        """Classify one event and update the partial state. Never raises on bad JSON."""
+        ...
+
+    def summary(self) -> ResponseSummary:
+        """Tool calls reconstructed so far, usage, and whether the terminal event came."""
+        ...
+
+
+class WireFormat(Protocol):
+    """One API wire format. See the module docstring."""
+
+    name: str
+
+    def parse_request(self, body: dict[str, Any]) -> RequestView:
+        """Read a request body (already JSON-decoded). Never raises on odd shapes."""
+        ...
+
+    def parse_response(self, body: dict[str, Any]) -> ResponseSummary:
+        """Read a non-streamed response body. Never raises on odd shapes."""
+        ...
+
+    def stream_observer(self) -> StreamObserver:
+        """A fresh observer for one streamed response."""
+        ...
+
+    def error_body(self, message: str, type: str, code: str | None) -> dict[str, Any]:
+        """An error body in this format's shape (OpenAI ``{"error": {...}}`` or
+        Anthropic ``{"type": "error", "error": {...}}``)."""
+        ...
+
+    def stream_error(self, message: str, type: str, code: str) -> bytes:
+        """The terminal SSE bytes that end a stream the gateway had to cut
+        (stall, truncation), in this format's own event sequence."""
+        ...
+
+    def inject_notice(self, body: dict[str, Any], notice: str) -> dict[str, Any]:
+        """Return a copy of ``body`` with ``notice`` added as one short instruction at
+        the end of the conversation, in a place this format accepts."""
+        ...
