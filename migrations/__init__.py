@@ -1,0 +1,1 @@
+"""Alembic migrations for taskgate (installed with the package so `taskgate migrate` finds them)."""

@@ -1,0 +1,225 @@
+"""Admin REST API under ``/admin`` (Bearer ``TASKGATE_ADMIN_TOKEN``).
+
+Create tasks and get their tokens, change limits, stop and resume tasks, and read
+why a task stopped (``stop_reason``, ``stop_detail``, the event history and the
+tool-call ledger). Every change that matters is a row in ``task_events``.
+Errors: 401 bad admin token, 404 unknown task, 409 duplicate task id, 422 invalid
+body, 503 database unavailable.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import defaultdict
+from typing import Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import bindparam, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.exc import IntegrityError
+
+from app.admin import schemas
+from app.admission.tokens import new_token, token_hash
+from app.db import tasks as task_rows
+from app.guard.detector import CallRecord, detect
+from app.guard.ledger import thresholds_for
+
+_bearer = HTTPBearer(auto_error=False)
+
+
+def _require_admin(request: Request,
+                   credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    expected = request.app.state.settings.admin_token
+    if credentials is None or not secrets.compare_digest(credentials.credentials.encode(),
+                                                         expected.encode()):
+        raise HTTPException(401, "Missing or wrong admin token (Authorization: Bearer <TASKGATE_ADMIN_TOKEN>).",
+                            headers={"WWW-Authenticate": "Bearer"})
+
+
+router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(_require_admin)])
+
+_JSONB_PARAMS = ("loop_guard", "metadata", "detail")
+_INSERT = text(
+    "INSERT INTO tasks (id, token_hash, request_limit, max_duration_s, token_limit, tool_call_limit,"
+    " max_stalls, stream_idle_timeout_s, stream_first_event_timeout_s, loop_guard, metadata)"
+    " VALUES (:id, :token_hash, :request_limit, :max_duration_s, :token_limit, :tool_call_limit,"
+    " :max_stalls, :stream_idle_timeout_s, :stream_first_event_timeout_s, :loop_guard, :metadata)"
+    " RETURNING *"
+).bindparams(bindparam("loop_guard", type_=JSONB), bindparam("metadata", type_=JSONB))
+_GET = text("SELECT * FROM tasks WHERE id = :id")
+_EVENTS = text("SELECT id, kind, reason, detail, created_at FROM task_events WHERE task_id = :id"
+               " AND id > :after ORDER BY id LIMIT :limit")
+_CALLS = text("SELECT call_id, seq, conversation_key, tool_name, arguments_hash, result_hash, is_error,"
+              " created_at, completed_at FROM tool_calls WHERE task_id = :id AND seq > :after"
+              " ORDER BY seq LIMIT :limit")
+_CLEAR = text("UPDATE tasks SET status = 'active', stop_reason = NULL, stop_detail = NULL,"
+              " stopped_at = NULL, updated_at = now() WHERE id = :id RETURNING *")
+
+#: Columns PATCH may change.
+_PATCHABLE = ("request_limit", "max_duration_s", "token_limit", "tool_call_limit", "max_stalls",
+              "stream_idle_timeout_s", "stream_first_event_timeout_s", "loop_guard", "metadata")
+
+
+def _task(row: Any) -> schemas.Task:
+    d = dict(row)
+    d["total_tokens"] = d["input_tokens"] + d["output_tokens"]
+    return schemas.Task.model_validate(d)
+
+
+def _not_found(task_id: str) -> HTTPException:
+    return HTTPException(404, f"No task with id '{task_id}'.")
+
+
+@router.post("/tasks", status_code=201, response_model=schemas.TaskCreated)
+async def create_task(body: schemas.TaskCreate, request: Request) -> schemas.TaskCreated:
+    """Create a task and return it with its token (the only time the token is shown)."""
+    settings = request.app.state.settings
+    token = new_token()
+    values = body.model_dump(exclude={"loop_guard"})
+    values["id"] = body.id or "task_" + secrets.token_hex(8)
+    values["token_hash"] = token_hash(token)
+    if values["request_limit"] is None:
+        values["request_limit"] = settings.default_request_limit
+    values["loop_guard"] = body.loop_guard.model_dump(exclude_none=True) if body.loop_guard else {}
+    try:
+        async with request.app.state.engine.begin() as conn:
+            row = (await conn.execute(_INSERT, values)).mappings().one()
+            await task_rows.add_event(conn, values["id"], "created", None,
+                                      {k: v for k, v in values.items() if k not in ("token_hash", "id")})
+    except IntegrityError:
+        raise HTTPException(409, f"A task with id '{values['id']}' already exists.") from None
+    return schemas.TaskCreated(**_task(row).model_dump(), token=token)
+
+
+@router.get("/tasks", response_model=schemas.TaskList)
+async def list_tasks(request: Request, status: Literal["active", "stopped"] | None = None,
+                     limit: int = Query(100, ge=1, le=1000), after: str | None = None) -> schemas.TaskList:
+    """Tasks ordered by id, ``limit`` per page; filter by ``status``; page with ``after``."""
+    sql = "SELECT * FROM tasks WHERE (CAST(:status AS text) IS NULL OR status = :status)" \
+          " AND (CAST(:after AS text) IS NULL OR id > :after) ORDER BY id LIMIT :limit"
+    async with request.app.state.engine.connect() as conn:
+        rows = (await conn.execute(text(sql), {"status": status, "after": after,
+                                               "limit": limit + 1})).mappings().all()
+    page = [_task(r) for r in rows[:limit]]
+    has_more = len(rows) > limit
+    return schemas.TaskList(data=page, has_more=has_more,
+                            next_after=page[-1].id if has_more and page else None)
+
+
+@router.get("/tasks/{task_id}", response_model=schemas.Task)
+async def get_task(task_id: str, request: Request) -> schemas.Task:
+    async with request.app.state.engine.connect() as conn:
+        row = (await conn.execute(_GET, {"id": task_id})).mappings().first()
+    if row is None:
+        raise _not_found(task_id)
+    return _task(row)
+
+
+@router.patch("/tasks/{task_id}", response_model=schemas.Task)
+async def update_task(task_id: str, body: schemas.TaskPatch, request: Request) -> schemas.Task:
+    """Change limits (only the fields given; ``null`` removes a limit). Never clears a
+    stop latch: a task stopped at its limit stays stopped until ``/resume``."""
+    changes = {k: getattr(body, k) for k in body.model_fields_set if k in _PATCHABLE}
+    if "request_limit" in changes and changes["request_limit"] is None:
+        raise HTTPException(422, "request_limit cannot be null; set a number.")
+    if "loop_guard" in changes:
+        changes["loop_guard"] = body.loop_guard.model_dump(exclude_none=True) if body.loop_guard else {}
+    if "metadata" in changes and changes["metadata"] is None:
+        changes["metadata"] = {}
+    async with request.app.state.engine.begin() as conn:
+        task = await task_rows.lock_task(conn, task_id=task_id)
+        if task is None:
+            raise _not_found(task_id)
+        if not changes:
+            return _task(task)
+        sets = ", ".join(f"{k} = :{k}" for k in changes)
+        stmt = text(f"UPDATE tasks SET {sets}, updated_at = now() WHERE id = :id RETURNING *")
+        stmt = stmt.bindparams(*[bindparam(k, type_=JSONB) for k in changes if k in _JSONB_PARAMS])
+        row = (await conn.execute(stmt, {**changes, "id": task_id})).mappings().one()
+        await task_rows.add_event(conn, task_id, "limits_changed", None, {
+            "before": {k: task[k] for k in changes}, "after": changes})
+    return _task(row)
+
+
+@router.post("/tasks/{task_id}/stop", response_model=schemas.Task)
+async def stop_task(task_id: str, body: schemas.StopRequest, request: Request) -> schemas.Task:
+    """Set the stop latch by hand. Stopping a stopped task changes nothing."""
+    async with request.app.state.engine.begin() as conn:
+        task = await task_rows.lock_task(conn, task_id=task_id)
+        if task is None:
+            raise _not_found(task_id)
+        await task_rows.set_latch(conn, task_id, body.reason,
+                                  {"by": "operator", "message": body.message})
+        row = (await conn.execute(_GET, {"id": task_id})).mappings().one()
+    return _task(row)
+
+
+@router.post("/tasks/{task_id}/resume", response_model=schemas.Task)
+async def resume_task(task_id: str, body: schemas.ResumeRequest, request: Request) -> schemas.Task:
+    """Clear the stop latch (the only way to), with the operator's reason in the history.
+
+    Counters are kept: a task stopped by ``request_limit`` needs a higher limit
+    (``PATCH``) or it stops again at its next request.
+    """
+    async with request.app.state.engine.begin() as conn:
+        task = await task_rows.lock_task(conn, task_id=task_id)
+        if task is None:
+            raise _not_found(task_id)
+        if task["status"] != "stopped":
+            raise HTTPException(409, f"Task '{task_id}' is not stopped.")
+        row = (await conn.execute(_CLEAR, {"id": task_id})).mappings().one()
+        await task_rows.add_event(conn, task_id, "resumed", body.reason, {
+            "previous_stop_reason": task["stop_reason"], "previous_stop_detail": task["stop_detail"],
+            "admitted_requests": task["admitted_requests"], "request_limit": task["request_limit"]})
+    return _task(row)
+
+
+@router.get("/tasks/{task_id}/events", response_model=schemas.TaskEventList)
+async def task_events(task_id: str, request: Request, after: int = 0,
+                      limit: int = Query(500, ge=1, le=5000)) -> schemas.TaskEventList:
+    """The task's durable history, oldest first: created, stopped, resumed,
+    limits_changed, loop_warning, stream_stalled, stream_truncated, upstream_*."""
+    async with request.app.state.engine.connect() as conn:
+        if (await conn.execute(_GET, {"id": task_id})).first() is None:
+            raise _not_found(task_id)
+        rows = (await conn.execute(_EVENTS, {"id": task_id, "after": after, "limit": limit})).mappings().all()
+    return schemas.TaskEventList(data=[schemas.TaskEvent.model_validate(dict(r)) for r in rows])
+
+
+@router.get("/tasks/{task_id}/tool-calls", response_model=schemas.ToolCallList)
+async def task_tool_calls(task_id: str, request: Request, after: int = 0,
+                          limit: int = Query(1000, ge=1, le=10000)) -> schemas.ToolCallList:
+    """The loop guard's ledger for a task (names, hashes, flags; never raw arguments or
+    results), and per conversation the detector's current verdict on its streaks."""
+    settings = request.app.state.settings
+    async with request.app.state.engine.connect() as conn:
+        task = (await conn.execute(_GET, {"id": task_id})).mappings().first()
+        if task is None:
+            raise _not_found(task_id)
+        rows = (await conn.execute(_CALLS, {"id": task_id, "after": after,
+                                            "limit": limit + 1})).mappings().all()
+    page = rows[:limit]
+    by_conversation: dict[str, list[CallRecord]] = defaultdict(list)
+    for r in page:
+        by_conversation[r["conversation_key"]].append(
+            CallRecord(r["call_id"], r["tool_name"], r["arguments_hash"], r["result_hash"], r["is_error"]))
+    thresholds = thresholds_for(task, settings)
+    conversations = []
+    for key, history in by_conversation.items():
+        v = detect(history, thresholds)
+        conversations.append(schemas.ConversationState(
+            conversation_key=key, tool_calls=len(history), verdict=v.action.name.lower(),
+            reason=v.reason, count=v.count, detail=dict(v.detail)))
+    return schemas.ToolCallList(data=[schemas.ToolCallRow.model_validate(dict(r)) for r in page],
+                                conversations=conversations, has_more=len(rows) > limit)
+
+
+@router.delete("/tasks/{task_id}", status_code=204, response_class=Response)
+async def delete_task(task_id: str, request: Request) -> Response:
+    """Delete a task, its history and its ledger. Its token stops working at once."""
+    async with request.app.state.engine.begin() as conn:
+        result = await conn.execute(text("DELETE FROM tasks WHERE id = :id"), {"id": task_id})
+    if result.rowcount == 0:
+        raise _not_found(task_id)
+    return Response(status_code=204)

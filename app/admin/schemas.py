@@ -1,0 +1,141 @@
+"""Request and response bodies of the admin API (JSON shapes in the OpenAPI docs)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+
+
+class LoopGuardOverrides(BaseModel):
+    """Per-task loop-guard thresholds; unset fields use the global settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    identical_streak: int | None = Field(None, ge=2, description="Rule 1: identical calls in a row (calls).")
+    cycle_repeats: int | None = Field(None, ge=2, description="Rule 2: repeats of a 2- or 3-call cycle.")
+    failure_streak: int | None = Field(None, ge=2, description="Rule 3: failures of one tool in a row.")
+    per_tool_thresholds: dict[str, int] | None = Field(
+        None, description="Rule 4: identical-streak threshold per tool name, e.g. {\"check_status\": 20}.")
+    loop_warning: bool | None = Field(None, description="Rule 6: warn the model before the stop.")
+    loop_warning_after: int | None = Field(None, ge=1, description="Rule 6: warn from this identical repeat on.")
+
+
+class TaskLimits(BaseModel):
+    """Limits of a task. ``null`` means no limit (except ``request_limit``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_limit: int | None = Field(None, ge=0, description="Admitted POSTs allowed (requests). Default TASKGATE_DEFAULT_REQUEST_LIMIT.")
+    max_duration_s: float | None = Field(None, gt=0, description="Wall-clock seconds from the first admitted request.")
+    token_limit: int | None = Field(None, ge=0, description="Input + output tokens reported by upstream.")
+    tool_call_limit: int | None = Field(None, ge=0, description="Rule 5: total tool calls of the task.")
+    max_stalls: int | None = Field(None, ge=1, description="Stream stalls before the task is stopped (repeated_stalls).")
+    stream_idle_timeout_s: float | None = Field(None, ge=0, description="Override of TASKGATE_STREAM_IDLE_TIMEOUT_S; 0 disables.")
+    stream_first_event_timeout_s: float | None = Field(None, ge=0, description="Override of TASKGATE_STREAM_FIRST_EVENT_TIMEOUT_S; 0 disables.")
+    loop_guard: LoopGuardOverrides | None = None
+
+
+class TaskCreate(TaskLimits):
+    """``POST /admin/tasks`` body. Every field is optional."""
+
+    id: str | None = Field(None, pattern=TASK_ID_PATTERN, description="Your id for the task; generated when absent.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form, stored and returned as is.")
+
+
+class TaskPatch(TaskLimits):
+    """``PATCH /admin/tasks/{id}`` body: only the fields given change; ``null`` removes
+    a limit. Raising a limit never clears a stop latch (use ``/resume``)."""
+
+    metadata: dict[str, Any] | None = None
+
+
+class StopRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field("manual", min_length=1, max_length=200, description="Stop reason code, e.g. 'manual'.")
+    message: str | None = Field(None, max_length=2000, description="Operator's note, kept in stop_detail.")
+
+
+class ResumeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(..., min_length=1, max_length=2000, description="Why the latch is cleared (kept in the history).")
+
+
+class Task(BaseModel):
+    """A task as the admin API shows it."""
+
+    id: str
+    status: Literal["active", "stopped"]
+    stop_reason: str | None
+    stop_detail: dict[str, Any] | None
+    stopped_at: datetime | None
+    admitted_requests: int
+    request_limit: int
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    tool_calls: int
+    stalls: int
+    max_duration_s: float | None
+    token_limit: int | None
+    tool_call_limit: int | None
+    max_stalls: int | None
+    stream_idle_timeout_s: float | None
+    stream_first_event_timeout_s: float | None
+    loop_guard: dict[str, Any]
+    metadata: dict[str, Any]
+    first_admitted_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class TaskCreated(Task):
+    token: str = Field(..., description="The task token. Shown only in this response; stored hashed.")
+
+
+class TaskList(BaseModel):
+    data: list[Task]
+    has_more: bool
+    next_after: str | None = Field(None, description="Pass as ?after= for the next page.")
+
+
+class TaskEvent(BaseModel):
+    id: int
+    kind: str
+    reason: str | None
+    detail: dict[str, Any]
+    created_at: datetime
+
+
+class TaskEventList(BaseModel):
+    data: list[TaskEvent]
+
+
+class ToolCallRow(BaseModel):
+    call_id: str
+    seq: int
+    conversation_key: str
+    tool_name: str
+    arguments_hash: str
+    result_hash: str | None
+    is_error: bool | None
+    created_at: datetime
+    completed_at: datetime | None
+
+
+class ConversationState(BaseModel):
+    conversation_key: str
+    tool_calls: int
+    verdict: str
+    reason: str | None
+    count: int
+    detail: dict[str, Any]
+
+
+class ToolCallList(BaseModel):
+    data: list[ToolCallRow]
+    conversations: list[ConversationState]
+    has_more: bool

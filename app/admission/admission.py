@@ -1,0 +1,134 @@
+"""Admission: reserve one unit of a task's allowance before anything goes upstream.
+
+Every admitted POST runs one PostgreSQL transaction that holds the task's row lock:
+
+- **Fast path** (no new tool results to judge): a single ``UPDATE ... RETURNING``
+  that increments ``admitted_requests`` only while the task is active and under every
+  limit. PostgreSQL re-checks the ``WHERE`` clause on the locked row version, so N
+  concurrent requests against a limit L admit exactly L, across processes.
+- **Locked path** (the fast path refused, or the request carries new tool results):
+  ``SELECT ... FOR UPDATE``, then the loop guard records the results and judges the
+  conversation, then the limits are checked in Python (:func:`limit_breach`), and a
+  breach sets the durable stop latch in the same transaction.
+
+Nothing is ever refunded. Any database error refuses the request with 503
+(fail closed).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.admission.limits import counters_sentence, limit_breach
+from app.db import tasks as task_rows
+from app.errors import GatewayError, task_stopped, unauthorized, unavailable
+from app.guard.detector import Action, Verdict
+from app.guard.ledger import GuardRequest, record_request
+from app.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+_FAST_ADMIT = text(
+    """
+    UPDATE tasks
+       SET admitted_requests = admitted_requests + 1,
+           first_admitted_at = COALESCE(first_admitted_at, now()),
+           updated_at = now()
+     WHERE token_hash = :token_hash
+       AND status = 'active'
+       AND admitted_requests < request_limit
+       AND (token_limit IS NULL OR input_tokens + output_tokens < token_limit)
+       AND (max_duration_s IS NULL OR first_admitted_at IS NULL
+            OR now() < first_admitted_at + max_duration_s * interval '1 second')
+    RETURNING *
+    """
+)
+_COUNT = text(
+    "UPDATE tasks SET admitted_requests = admitted_requests + 1,"
+    " first_admitted_at = COALESCE(first_admitted_at, now()), updated_at = now()"
+    " WHERE id = :task_id RETURNING *"
+)
+_LOOKUP = text("SELECT * FROM tasks WHERE token_hash = :token_hash")
+
+
+@dataclass(slots=True)
+class Admitted:
+    """An admitted request: the task row after the reservation, and the loop guard's
+    verdict on the results it carried (``None`` when it carried none)."""
+
+    task: dict[str, Any]
+    verdict: Verdict | None = None
+
+
+async def admit(engine: AsyncEngine, token_hash: str, settings: Settings,
+                guard: GuardRequest | None = None) -> Admitted:
+    """Reserve one request for the task whose token hashes to ``token_hash``.
+
+    Raises :class:`GatewayError`: 401 unknown token; 403 ``task_stopped`` with the
+    stop reason as ``code`` (``request_limit``, ``token_limit``, ``max_duration``, a
+    loop-guard reason, or whatever latched the task earlier); 503 when the database
+    cannot be reached or the transaction fails.
+    """
+    try:
+        if guard is None:
+            async with engine.begin() as conn:
+                row = (await conn.execute(_FAST_ADMIT, {"token_hash": token_hash})).mappings().first()
+            if row is not None:
+                return Admitted(dict(row))
+        return await _admit_locked(engine, token_hash, settings, guard)
+    except GatewayError:
+        raise
+    except Exception:  # noqa: BLE001 - fail closed on anything the database does
+        logger.exception("admission failed; refusing the request (fail closed)")
+        raise unavailable() from None
+
+
+async def _admit_locked(engine: AsyncEngine, token_hash: str, settings: Settings,
+                        guard: GuardRequest | None) -> Admitted:
+    refusal: GatewayError | None = None
+    async with engine.begin() as conn:
+        task = await task_rows.lock_task(conn, token_hash=token_hash)
+        if task is None:
+            raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
+        if task["status"] != "active":
+            raise task_stopped(task["id"], task["stop_reason"] or "stopped", counters_sentence(task))
+        verdict = None
+        if guard is not None:
+            verdict = await record_request(conn, task, guard, settings)
+            if verdict.action is Action.STOP:
+                await task_rows.set_latch(conn, task["id"], verdict.reason, dict(verdict.detail))
+                refusal = task_stopped(task["id"], verdict.reason, counters_sentence(task))
+        if refusal is None:
+            breach = limit_breach(task, datetime.now(timezone.utc))
+            if breach is not None:
+                reason, detail = breach
+                await task_rows.set_latch(conn, task["id"], reason, detail)
+                refusal = task_stopped(task["id"], reason, counters_sentence(task))
+        if refusal is None:
+            row = (await conn.execute(_COUNT, {"task_id": task["id"]})).mappings().first()
+            return Admitted(dict(row), verdict)
+    # the latch is committed; only now refuse
+    raise refusal
+
+
+async def authenticate(engine: AsyncEngine, token_hash: str) -> dict[str, Any]:
+    """Look up a task by token without consuming allowance (GETs, token counting).
+
+    Raises 401 for an unknown token and 503 when the database is unavailable. A
+    stopped task still authenticates: GETs are free and harmless.
+    """
+    try:
+        async with engine.connect() as conn:
+            row = (await conn.execute(_LOOKUP, {"token_hash": token_hash})).mappings().first()
+    except Exception:  # noqa: BLE001
+        logger.exception("task lookup failed; refusing the request (fail closed)")
+        raise unavailable() from None
+    if row is None:
+        raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
+    return dict(row)

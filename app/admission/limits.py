@@ -1,0 +1,42 @@
+"""Pure limit checks for admission. Mirrors the ``WHERE`` clause of the fast path in
+:mod:`app.admission.admission` exactly; a test keeps the two in step."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Mapping
+
+
+def limit_breach(task: Mapping[str, Any], now: datetime) -> tuple[str, dict[str, Any]] | None:
+    """Which limit admitting one more request would break, or ``None``.
+
+    ``task`` is a ``tasks`` row. Returns ``(stop_reason, stop_detail)`` with
+    ``stop_reason`` one of ``request_limit`` (``admitted_requests >= request_limit``),
+    ``token_limit`` (input + output tokens reported by upstream ``>= token_limit``)
+    or ``max_duration`` (``now`` is ``max_duration_s`` seconds or more after the first
+    admitted request).
+    """
+    if task["admitted_requests"] >= task["request_limit"]:
+        return "request_limit", {
+            "admitted_requests": task["admitted_requests"],
+            "request_limit": task["request_limit"],
+        }
+    tokens = task["input_tokens"] + task["output_tokens"]
+    if task["token_limit"] is not None and tokens >= task["token_limit"]:
+        return "token_limit", {"total_tokens": tokens, "token_limit": task["token_limit"]}
+    first = task["first_admitted_at"]
+    if task["max_duration_s"] is not None and first is not None:
+        elapsed = (now - first).total_seconds()
+        if now >= first + timedelta(seconds=task["max_duration_s"]):
+            return "max_duration", {"elapsed_s": round(elapsed, 3),
+                                    "max_duration_s": task["max_duration_s"]}
+    return None
+
+
+def counters_sentence(task: Mapping[str, Any]) -> str:
+    """Human summary of a task's counters for refusal messages, e.g.
+    ``"5 of 5 requests admitted, 1200 tokens, 14 tool calls"``."""
+    tokens = task["input_tokens"] + task["output_tokens"]
+    token_part = f"{tokens} tokens" + (f" of {task['token_limit']}" if task["token_limit"] else "")
+    return (f"{task['admitted_requests']} of {task['request_limit']} requests admitted, "
+            f"{token_part}, {task['tool_calls']} tool calls")

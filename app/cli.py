@@ -1,0 +1,77 @@
+"""The ``taskgate`` command.
+
+- ``taskgate serve``: run the gateway (embedded PostgreSQL unless
+  ``TASKGATE_DATABASE_URL`` is set).
+- ``taskgate migrate``: apply the database migrations.
+- ``taskgate upstream``: run the scripted mock provider (tests, demos, benchmarks).
+- ``taskgate demo``: watch the loop guard stop a looping agent, in one command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import click
+
+from app.settings import get_settings
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """taskgate: an OpenAI- and Anthropic-compatible gateway that stops runaway agents."""
+
+
+@main.command()
+@click.option("--host", default=None, help="Listen address (TASKGATE_HOST, default 127.0.0.1).")
+@click.option("--port", default=None, type=int, help="Listen port (TASKGATE_PORT, default 8080).")
+@click.option("--workers", default=1, show_default=True, help="Gateway processes sharing the database.")
+@click.option("--log-level", default="info", show_default=True)
+def serve(host: str | None, port: int | None, workers: int, log_level: str) -> None:
+    """Run the gateway."""
+    import uvicorn
+
+    from app.main import resolve_database
+
+    settings = get_settings()
+    if settings.ensure_admin_token():
+        click.echo(f"taskgate: TASKGATE_ADMIN_TOKEN is not set; generated admin token for this run:\n"
+                   f"  {settings.admin_token}", err=True)
+    # Resolve the database once here so every worker shares it (and the embedded
+    # server is owned by this parent process).
+    database_url = asyncio.run(resolve_database(settings))
+    os.environ["TASKGATE_ADMIN_TOKEN"] = settings.admin_token or ""
+    os.environ["TASKGATE_DATABASE_URL"] = database_url
+    os.environ["TASKGATE_MIGRATE_ON_START"] = "false"
+    host = host or settings.host
+    port = port or settings.port
+    click.echo(f"taskgate: listening on http://{host}:{port} (OpenAI base URL http://{host}:{port}/v1)",
+               err=True)
+    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, workers=workers,
+                log_level=log_level, access_log=False)
+
+
+@main.command()
+def migrate() -> None:
+    """Apply database migrations (to TASKGATE_DATABASE_URL, or the embedded database)."""
+    from app.main import resolve_database
+
+    settings = get_settings()
+    settings.migrate_on_start = True
+    url = asyncio.run(resolve_database(settings))
+    click.echo(f"taskgate: database migrated ({url.split('@')[-1]})")
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def upstream(ctx: click.Context) -> None:
+    """Run the scripted mock provider (see ``taskgate upstream --help``)."""
+    from app.testing import upstream as mock
+
+    sys.argv = ["taskgate upstream", *ctx.args]
+    mock.main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""PostgreSQL schema: tasks, their event history, and the tool-call ledger.
+
+SQLAlchemy Core tables (the hot paths issue hand-written SQL against them). The
+alembic migrations in ``migrations/versions`` create exactly this schema; a test
+compares the two.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+metadata = MetaData()
+
+#: One row per task: its token hash, limits, counters and the durable stop latch.
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("token_hash", Text, nullable=False, unique=True),
+    Column("status", Text, nullable=False, server_default=text("'active'")),
+    Column("stop_reason", Text),
+    Column("stop_detail", JSONB),
+    Column("stopped_at", DateTime(timezone=True)),
+    # limits (NULL = no limit)
+    Column("request_limit", BigInteger, nullable=False),
+    Column("max_duration_s", Float),
+    Column("token_limit", BigInteger),
+    Column("tool_call_limit", BigInteger),
+    Column("max_stalls", Integer),
+    Column("stream_idle_timeout_s", Float),
+    Column("stream_first_event_timeout_s", Float),
+    Column("loop_guard", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # counters
+    Column("admitted_requests", BigInteger, nullable=False, server_default=text("0")),
+    Column("input_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("output_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("tool_calls", BigInteger, nullable=False, server_default=text("0")),
+    Column("stalls", Integer, nullable=False, server_default=text("0")),
+    Column("first_admitted_at", DateTime(timezone=True)),
+    Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+#: Durable history of a task: created, stopped, resumed, limits_changed,
+#: stream_stalled, stream_truncated, upstream_error, loop_warning.
+task_events = Table(
+    "task_events",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("task_id", Text, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("reason", Text),
+    Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("ix_task_events_task_id_id", "task_id", "id"),
+)
+
+#: The loop guard's ledger: one row per tool call invocation, keyed by tool call id.
+#: Hashes and flags only, never raw arguments or results.
+tool_calls = Table(
+    "tool_calls",
+    metadata,
+    Column("task_id", Text, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("call_id", Text, primary_key=True),
+    Column("seq", BigInteger, Identity(), nullable=False),
+    Column("conversation_key", Text, nullable=False),
+    Column("tool_name", Text, nullable=False),
+    Column("arguments_hash", Text, nullable=False),
+    Column("result_hash", Text),
+    Column("is_error", Boolean),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("completed_at", DateTime(timezone=True)),
+    Index("ix_tool_calls_conversation", "task_id", "conversation_key", "seq"),
+)

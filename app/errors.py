@@ -1,0 +1,65 @@
+"""Errors the gateway itself answers with, rendered in the caller's wire format.
+
+OpenAI endpoints get ``{"error": {"message", "type", "code", "param"}}``; Anthropic
+``/v1/messages`` gets ``{"type": "error", "error": {"type", "message"}}`` (see
+:meth:`app.wire.base.WireFormat.error_body`). Messages never contain a key or a token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+#: Anthropic's ``error.type`` for each HTTP status the gateway answers with
+#: (https://docs.anthropic.com/en/api/errors).
+ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+
+
+@dataclass
+class GatewayError(Exception):
+    """A request the gateway answers itself instead of forwarding.
+
+    ``status`` is the HTTP status; ``type`` and ``code`` the OpenAI ``error.type`` and
+    ``error.code`` (``code`` doubles as the stop reason for 403 ``task_stopped``).
+    ``headers`` are added to the response (403s carry ``x-should-retry: false`` so the
+    openai and anthropic SDKs do not retry them).
+    """
+
+    status: int
+    type: str
+    code: str | None
+    message: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.type}/{self.code}: {self.message}"
+
+
+def task_stopped(task_id: str, reason: str, counters: str) -> GatewayError:
+    """403 for a task whose stop latch is set (or is being set by this request)."""
+    return GatewayError(
+        403,
+        "task_stopped",
+        reason,
+        f"Task '{task_id}' is stopped ({reason}): {counters}. "
+        "No request of this task will be forwarded until an operator resumes it.",
+        {"x-should-retry": "false"},
+    )
+
+
+def unauthorized(message: str) -> GatewayError:
+    return GatewayError(401, "invalid_api_key", "invalid_task_token", message,
+                        {"x-should-retry": "false"})
+
+
+def unavailable(message: str = "taskgate cannot reach its database; the request was not forwarded.") -> GatewayError:
+    """503 when admission cannot run: the gateway fails closed."""
+    return GatewayError(503, "gateway_unavailable", "database_unavailable", message)

@@ -1,0 +1,198 @@
+"""The tool-call ledger: durable I/O around the pure detector.
+
+One ``tool_calls`` row per tool call invocation per task, keyed by tool call id, with
+the tool name, SHA-256 of the canonical arguments, SHA-256 of the result, the
+resolved failure flag, the conversation key and a global order (``seq``). A call id
+seen again (every request resends the history) never counts twice: inserts are
+``ON CONFLICT DO NOTHING`` and results are written only once.
+
+- :func:`record_request` runs inside admission, with the task row locked: it adds the
+  new results a request carries and asks the detector for a verdict *before* the
+  request may be forwarded.
+- :func:`record_response` runs when a response finishes: its tool calls enter the
+  ledger as pending, usage is added to the task's counters, and the tool-call
+  ceiling is checked.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from app.db import tasks as task_rows
+from app.guard.detector import Action, CallRecord, Thresholds, Verdict, detect, window_size
+from app.guard.fingerprint import (
+    DEFAULT_ERROR_PATTERNS,
+    arguments_hash,
+    compile_patterns,
+    is_failure,
+    result_hash,
+)
+from app.settings import Settings
+from app.wire.base import ResponseSummary, ToolCall, ToolResult
+
+logger = logging.getLogger(__name__)
+
+#: Keys of the per-task ``loop_guard`` override object (admin API), mapped to settings.
+LOOP_GUARD_KEYS = ("identical_streak", "cycle_repeats", "failure_streak",
+                   "per_tool_thresholds", "loop_warning", "loop_warning_after")
+
+_INSERT_CALL = text(
+    "INSERT INTO tool_calls (task_id, call_id, conversation_key, tool_name, arguments_hash)"
+    " VALUES (:task_id, :call_id, :conversation_key, :tool_name, :arguments_hash)"
+    " ON CONFLICT (task_id, call_id) DO NOTHING"
+)
+_COMPLETE_CALL = text(
+    "UPDATE tool_calls SET result_hash = :result_hash, is_error = :is_error, completed_at = now()"
+    " WHERE task_id = :task_id AND call_id = :call_id AND result_hash IS NULL"
+)
+_HISTORY = text(
+    "SELECT call_id, tool_name, arguments_hash, result_hash, is_error FROM tool_calls"
+    " WHERE task_id = :task_id AND conversation_key = :conversation_key"
+    " ORDER BY seq DESC LIMIT :window"
+)
+_COUNT_CALLS = text(
+    "UPDATE tasks SET tool_calls = tool_calls + :n, updated_at = now()"
+    " WHERE id = :task_id RETURNING tool_calls"
+)
+_ADD_USAGE = text(
+    "UPDATE tasks SET input_tokens = input_tokens + :input_tokens,"
+    " output_tokens = output_tokens + :output_tokens, updated_at = now() WHERE id = :task_id"
+)
+
+
+@dataclass(slots=True)
+class GuardRequest:
+    """What the loop guard needs from one request: its conversation key, the tool
+    calls of the trailing assistant turn and the new tool results."""
+
+    conversation_key: str
+    tool_calls: Sequence[ToolCall] = field(default_factory=list)
+    tool_results: Sequence[ToolResult] = field(default_factory=list)
+
+
+def thresholds_for(task: Mapping[str, Any], settings: Settings) -> Thresholds:
+    """The detector thresholds in force for ``task``: its ``loop_guard`` overrides on
+    top of the global settings."""
+    o = task.get("loop_guard") or {}
+    per_tool = {**settings.per_tool_thresholds, **(o.get("per_tool_thresholds") or {})}
+    warn = o.get("loop_warning", settings.loop_warning)
+    return Thresholds(
+        identical_streak=o.get("identical_streak", settings.identical_streak),
+        cycle_repeats=o.get("cycle_repeats", settings.cycle_repeats),
+        failure_streak=o.get("failure_streak", settings.failure_streak),
+        per_tool=per_tool,
+        tool_call_limit=(task["tool_call_limit"] if task.get("tool_call_limit") is not None
+                         else settings.tool_call_limit),
+        warn_after=o.get("loop_warning_after", settings.loop_warning_after) if warn else None,
+    )
+
+
+@lru_cache(maxsize=8)
+def _patterns(patterns: tuple[str, ...] | None) -> tuple[re.Pattern[str], ...]:
+    return compile_patterns(list(patterns if patterns is not None else DEFAULT_ERROR_PATTERNS))
+
+
+def _describe(verdict: Verdict, thresholds: Thresholds, conversation_key: str) -> Verdict:
+    """Add the conversation key and the thresholds in force to a verdict's detail."""
+    detail = dict(verdict.detail)
+    detail.setdefault("conversation_key", conversation_key)
+    detail["thresholds"] = {
+        "identical_streak": thresholds.identical_streak,
+        "cycle_repeats": thresholds.cycle_repeats,
+        "failure_streak": thresholds.failure_streak,
+        "per_tool": dict(thresholds.per_tool),
+        "tool_call_limit": thresholds.tool_call_limit,
+    }
+    return Verdict(verdict.action, verdict.reason, verdict.count, detail)
+
+
+async def _insert_calls(conn: AsyncConnection, task_id: str, conversation_key: str,
+                        calls: Sequence[ToolCall]) -> int:
+    """Insert calls as pending; returns how many were new."""
+    new = 0
+    for call in calls:
+        result = await conn.execute(_INSERT_CALL, {
+            "task_id": task_id, "call_id": call.call_id, "conversation_key": conversation_key,
+            "tool_name": call.name, "arguments_hash": arguments_hash(call.arguments)})
+        new += result.rowcount
+    return new
+
+
+async def _history(conn: AsyncConnection, task_id: str, conversation_key: str,
+                   thresholds: Thresholds) -> list[CallRecord]:
+    rows = (await conn.execute(_HISTORY, {"task_id": task_id, "conversation_key": conversation_key,
+                                          "window": window_size(thresholds)})).all()
+    return [CallRecord(*row) for row in reversed(rows)]
+
+
+async def record_request(conn: AsyncConnection, task: Mapping[str, Any], guard: GuardRequest,
+                         settings: Settings) -> Verdict:
+    """Add a request's new tool results to the ledger and judge the conversation.
+
+    Runs in the admission transaction with the task row locked. Results whose tool
+    call id is unknown (neither in the ledger nor in the request's trailing assistant
+    turn) cannot be attributed to a tool and are skipped. Returns ``OK`` without
+    running the detector when nothing new was recorded (a resent history).
+    """
+    task_id = task["id"]
+    thresholds = thresholds_for(task, settings)
+    new_calls = await _insert_calls(conn, task_id, guard.conversation_key, guard.tool_calls)
+    if new_calls:
+        await conn.execute(_COUNT_CALLS, {"n": new_calls, "task_id": task_id})
+    patterns = _patterns(settings.error_patterns)
+    completed = 0
+    for res in guard.tool_results:
+        result = await conn.execute(_COMPLETE_CALL, {
+            "task_id": task_id, "call_id": res.call_id, "result_hash": result_hash(res.output),
+            "is_error": is_failure(res, patterns)})
+        completed += result.rowcount
+    if not completed and not new_calls:
+        return Verdict(Action.OK)
+    history = await _history(conn, task_id, guard.conversation_key, thresholds)
+    verdict = detect(history, thresholds, task_tool_calls=task["tool_calls"] + new_calls)
+    if verdict.action is Action.WARN:
+        await task_rows.add_event(conn, task_id, "loop_warning", verdict.reason,
+                                  _describe(verdict, thresholds, guard.conversation_key).detail)
+    return _describe(verdict, thresholds, guard.conversation_key)
+
+
+async def record_response(engine: AsyncEngine, task_id: str, conversation_key: str,
+                          summary: ResponseSummary, settings: Settings) -> Verdict | None:
+    """Record a finished response: usage into the task's token counters, tool calls
+    into the ledger as pending; trip the latch when the tool-call ceiling is passed.
+
+    Returns the detector's verdict when tool calls were recorded, else ``None``.
+    Database errors propagate (the caller logs them; the response was already sent).
+    """
+    usage = summary.usage
+    if not summary.tool_calls:
+        if usage is not None and usage.total_tokens:
+            async with engine.begin() as conn:
+                await conn.execute(_ADD_USAGE, {"task_id": task_id, "input_tokens": usage.input_tokens,
+                                                "output_tokens": usage.output_tokens})
+        return None
+    async with engine.begin() as conn:
+        task = await task_rows.lock_task(conn, task_id=task_id)
+        if task is None:
+            return None
+        if usage is not None and usage.total_tokens:
+            await conn.execute(_ADD_USAGE, {"task_id": task_id, "input_tokens": usage.input_tokens,
+                                            "output_tokens": usage.output_tokens})
+        new_calls = await _insert_calls(conn, task_id, conversation_key, summary.tool_calls)
+        if not new_calls:
+            return Verdict(Action.OK)
+        total = (await conn.execute(_COUNT_CALLS, {"n": new_calls, "task_id": task_id})).scalar_one()
+        thresholds = thresholds_for(task, settings)
+        history = await _history(conn, task_id, conversation_key, thresholds)
+        verdict = _describe(detect(history, thresholds, task_tool_calls=total), thresholds,
+                            conversation_key)
+        if verdict.action is Action.STOP and task["status"] == "active":
+            await task_rows.set_latch(conn, task_id, verdict.reason, dict(verdict.detail))
+        return verdict

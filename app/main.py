@@ -1,0 +1,136 @@
+"""The ASGI application: proxy routes, admin API, health checks and error shapes.
+
+``create_app(settings)`` builds an app (``uvicorn --factory app.main:create_app``;
+``taskgate serve`` does that). At start-up the app resolves its database (embedded
+PostgreSQL when ``TASKGATE_DATABASE_URL`` is unset), migrates it when configured,
+and opens one pooled upstream client for the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.admin.routes import router as admin_router
+from app.db import embedded, migrate
+from app.db.engine import create_engine
+from app.errors import GatewayError, unavailable
+from app.proxy.routes import error_response
+from app.proxy.routes import router as proxy_router
+from app.proxy.upstream import create_client
+from app.settings import Settings, get_settings
+
+logger = logging.getLogger("taskgate")
+
+
+async def resolve_database(settings: Settings) -> str:
+    """The database URL to use: ``database_url``, or a started embedded PostgreSQL.
+    Migrates the embedded database always, a configured one when ``migrate_on_start``."""
+    url = settings.database_url
+    if url is None:
+        url = await asyncio.to_thread(embedded.start, settings.data_dir)
+        await migrate.upgrade_async(url)
+    elif settings.migrate_on_start:
+        await migrate.upgrade_async(url)
+    return url
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the gateway app. ``settings`` defaults to the environment's."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.ensure_admin_token():
+            print(f"taskgate: TASKGATE_ADMIN_TOKEN is not set; generated admin token for this run: "
+                  f"{settings.admin_token}", file=sys.stderr, flush=True)
+        database_url = await resolve_database(settings)
+        app.state.engine = create_engine(database_url, settings)
+        app.state.client = create_client(settings)
+        try:
+            yield
+        finally:
+            await app.state.client.aclose()
+            await app.state.engine.dispose()
+
+    app = FastAPI(
+        title="taskgate",
+        summary="OpenAI- and Anthropic-compatible gateway with per-task admission and a loop guard.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.include_router(admin_router)
+    app.include_router(proxy_router)
+
+    @app.get("/healthz", tags=["health"])
+    async def healthz() -> dict[str, str]:
+        """The process is up."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    async def readyz(request: Request) -> JSONResponse:
+        """The database answers (503 otherwise): the gateway can admit requests."""
+        try:
+            async with asyncio.timeout(settings.database_timeout_s):
+                async with request.app.state.engine.connect() as conn:
+                    await conn.execute(text("SELECT 1"))
+        except Exception:  # noqa: BLE001
+            return JSONResponse({"status": "unavailable", "database": "unreachable"}, status_code=503)
+        return JSONResponse({"status": "ready", "database": "ok"})
+
+    @app.exception_handler(GatewayError)
+    async def _gateway_error(request: Request, exc: GatewayError):  # type: ignore[no-untyped-def]
+        return error_response(request.url.path, exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):  # type: ignore[no-untyped-def]
+        if request.url.path.startswith("/v1/"):
+            return error_response(request.url.path, GatewayError(
+                exc.status_code, "invalid_request_error", None, str(exc.detail)))
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError):  # type: ignore[no-untyped-def]
+        return JSONResponse({"detail": jsonable_errors(exc)}, status_code=422)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def _database_error(request: Request, exc: SQLAlchemyError):  # type: ignore[no-untyped-def]
+        logger.error("database error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
+        return _gateway_or_admin(request, unavailable())
+
+    @app.exception_handler(OSError)
+    async def _os_error(request: Request, exc: OSError):  # type: ignore[no-untyped-def]
+        logger.error("database connection error on %s %s: %s", request.method, request.url.path, exc)
+        return _gateway_or_admin(request, unavailable())
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception):  # type: ignore[no-untyped-def]
+        logger.exception("unexpected error on %s %s", request.method, request.url.path)
+        return _gateway_or_admin(request, GatewayError(500, "internal_error", "internal_error",
+                                                       "taskgate hit an internal error; see its log."))
+
+    return app
+
+
+def jsonable_errors(exc: RequestValidationError) -> list[dict]:
+    """Validation errors without the raw input (which may hold secrets)."""
+    return [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
+
+
+def _gateway_or_admin(request: Request, err: GatewayError) -> JSONResponse:
+    if request.url.path.startswith("/v1/"):
+        return error_response(request.url.path, err)
+    return JSONResponse({"detail": err.message}, status_code=err.status)
+

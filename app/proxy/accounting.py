@@ -1,0 +1,63 @@
+"""After a relayed exchange: usage, tool calls and failures into the task's record.
+
+Runs once the client has its last byte. Stalls and truncations become task events
+(``stream_stalled``, ``stream_truncated``, ``upstream_unreachable``,
+``upstream_timeout``) and count toward the optional per-task stall ceiling, which
+latches the task with ``repeated_stalls``. Nothing is refunded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.db import tasks as task_rows
+from app.guard.ledger import record_response
+from app.proxy.relay import Outcome
+from app.settings import Settings
+
+_EVENT_KINDS = {
+    "stalled": "stream_stalled",
+    "truncated": "stream_truncated",
+    "upstream_unreachable": "upstream_unreachable",
+    "upstream_timeout": "upstream_timeout",
+}
+_COUNT_STALL = text(
+    "UPDATE tasks SET stalls = stalls + 1, updated_at = now() WHERE id = :task_id"
+    " RETURNING stalls, max_stalls"
+)
+
+
+@dataclass(slots=True)
+class Accounting:
+    """The ``on_finish`` callback of one relayed request."""
+
+    engine: AsyncEngine
+    settings: Settings
+    task_id: str
+    conversation_key: str
+    guard_enabled: bool
+
+    async def __call__(self, outcome: Outcome) -> None:
+        summary = outcome.summary
+        if not self.guard_enabled:
+            summary.tool_calls = []
+        if summary.tool_calls or summary.usage is not None:
+            await record_response(self.engine, self.task_id, self.conversation_key, summary,
+                                  self.settings)
+        kind = _EVENT_KINDS.get(outcome.kind)
+        if kind is None:
+            return
+        async with self.engine.begin() as conn:
+            await task_rows.lock_task(conn, task_id=self.task_id)
+            await task_rows.add_event(conn, self.task_id, kind, outcome.detail.get("code"),
+                                      outcome.detail)
+            if outcome.kind != "stalled":
+                return
+            stalls, max_stalls = (await conn.execute(_COUNT_STALL, {"task_id": self.task_id})).one()
+            if max_stalls and stalls >= max_stalls:
+                await task_rows.set_latch(conn, self.task_id, "repeated_stalls",
+                                          {"stalls": stalls, "max_stalls": max_stalls,
+                                           "last_stall": outcome.detail})

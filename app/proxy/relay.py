@@ -1,0 +1,278 @@
+"""The relay: send one admitted request upstream and pass the answer back as it arrives.
+
+:class:`RelayResponse` is an ASGI response that owns the whole upstream exchange:
+
+- **Streams** (``text/event-stream``) are relayed chunk by chunk, byte for byte, while
+  an incremental SSE decoder feeds the wire format's observer (tool calls, usage,
+  progress). The **stream-silence watchdog** is an ``asyncio.timeout_at`` around each
+  upstream read: before the first content event the deadline is
+  ``stream_first_event_timeout_s`` from the start, after it ``stream_idle_timeout_s``
+  from the last data event. Heartbeats (SSE comments, Anthropic ``ping``) are relayed
+  but move no deadline. On a stall, or when upstream ends without its terminal
+  event, the upstream connection is closed and the client gets the format's terminal
+  error event (:meth:`app.wire.base.WireFormat.stream_error`).
+- **Bodies** are read whole (bounded by ``upstream_timeout_s``) and passed through
+  unchanged with upstream's status and headers.
+- **Client disconnects** are watched for the whole exchange; the upstream request is
+  cancelled at once and its connection released.
+
+What happened is handed to an ``on_finish`` callback as an :class:`Outcome` after the
+client has its last byte (accounting never delays the relay).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import httpx
+
+from app.errors import ANTHROPIC_ERROR_TYPES, GatewayError
+from app.proxy.upstream import response_headers
+from app.wire.base import EventKind, ResponseSummary, WireFormat
+from app.wire.sse import SSEDecoder, SSEEventTooLarge
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Watchdog:
+    """Stream timers in seconds; ``0`` or ``None`` disables one. ``heartbeats_reset``
+    makes heartbeat events count as progress."""
+
+    first_event_timeout_s: float | None
+    idle_timeout_s: float | None
+    heartbeats_reset: bool = False
+
+
+@dataclass(slots=True)
+class Outcome:
+    """How one relayed exchange ended.
+
+    ``kind``: ``completed`` (terminal event or whole body relayed), ``stalled``,
+    ``truncated`` (stream ended or broke without its terminal event),
+    ``upstream_unreachable`` (connect error, 502), ``upstream_timeout`` (504),
+    ``disconnected`` (the client left). ``summary`` holds what the response showed
+    so far (tool calls, usage). ``detail`` is JSON-ready context for the task history.
+    """
+
+    kind: str = "completed"
+    status: int | None = None
+    summary: ResponseSummary = field(default_factory=ResponseSummary)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class RelayResponse:
+    """ASGI response relaying ``request`` through ``client`` (see module docstring)."""
+
+    def __init__(self, client: httpx.AsyncClient, request: httpx.Request, fmt: WireFormat,
+                 *, stream_requested: bool, watchdog: Watchdog, total_timeout_s: float,
+                 on_finish: Callable[[Outcome], Awaitable[None]], endpoint: str,
+                 model: str | None) -> None:
+        self.client = client
+        self.request = request
+        self.fmt = fmt
+        self.stream_requested = stream_requested
+        self.watchdog = watchdog
+        self.total_timeout_s = total_timeout_s
+        self.on_finish = on_finish
+        self.outcome = Outcome(detail={"endpoint": endpoint, "model": model})
+        self._response_started = False
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        relay = asyncio.ensure_future(self._relay(send))
+        watch = asyncio.ensure_future(_wait_for_disconnect(receive))
+        try:
+            await asyncio.wait({relay, watch}, return_when=asyncio.FIRST_COMPLETED)
+            if not relay.done():
+                relay.cancel()
+                self.outcome.kind = "disconnected"
+            try:
+                await relay
+            except asyncio.CancelledError:
+                pass
+            except OSError:  # the client went away while we were sending
+                self.outcome.kind = "disconnected"
+        finally:
+            watch.cancel()
+            try:
+                await asyncio.shield(self.on_finish(self.outcome))
+            except Exception:  # noqa: BLE001 - the client already has its answer
+                logger.exception("recording the outcome of %s failed", self.outcome.detail)
+
+    async def _relay(self, send: Callable) -> None:
+        try:
+            await self._exchange(send)
+        except GatewayError as err:
+            if self._response_started:
+                raise
+            await self._send_error(send, err)
+
+    async def _exchange(self, send: Callable) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if self.stream_requested and self.watchdog.first_event_timeout_s:
+            headers_deadline = started + self.watchdog.first_event_timeout_s
+        else:
+            headers_deadline = started + self.total_timeout_s
+        try:
+            async with asyncio.timeout_at(headers_deadline):
+                upstream = await self.client.send(self.request, stream=True)
+        except TimeoutError:
+            raise self._fail("upstream_timeout", 504, "upstream_timeout",
+                             "The upstream provider did not answer in time.") from None
+        except httpx.TimeoutException:
+            raise self._fail("upstream_timeout", 504, "upstream_timeout",
+                             "The upstream provider did not answer in time.") from None
+        except httpx.HTTPError as exc:
+            raise self._fail("upstream_unreachable", 502, "upstream_unreachable",
+                             f"The upstream provider could not be reached ({type(exc).__name__}).") from None
+        try:
+            self.outcome.status = upstream.status_code
+            content_type = upstream.headers.get("content-type", "")
+            if content_type.startswith("text/event-stream"):
+                await self._relay_stream(send, upstream, started)
+            else:
+                await self._relay_body(send, upstream, started + self.total_timeout_s)
+        finally:
+            await upstream.aclose()
+
+    async def _relay_body(self, send: Callable, upstream: httpx.Response, deadline: float) -> None:
+        try:
+            async with asyncio.timeout_at(deadline):
+                body = await upstream.aread()
+        except TimeoutError:
+            raise self._fail("upstream_timeout", 504, "upstream_timeout",
+                             "The upstream provider did not finish its response in time.") from None
+        except httpx.HTTPError as exc:
+            raise self._fail("truncated", 502, "upstream_error",
+                             f"The upstream response broke off ({type(exc).__name__}).") from None
+        await self._start(send, upstream)
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+        if upstream.status_code == 200 and body[:1] == b"{":
+            try:
+                self.outcome.summary = self.fmt.parse_response(json.loads(body))
+            except ValueError:
+                pass
+        self.outcome.summary.terminal_seen = True
+
+    async def _relay_stream(self, send: Callable, upstream: httpx.Response, started: float) -> None:
+        loop = asyncio.get_running_loop()
+        wd = self.watchdog
+        observer = self.fmt.stream_observer()
+        decoder = SSEDecoder()
+        chunks = upstream.aiter_raw()
+        deadline = started + wd.first_event_timeout_s if wd.first_event_timeout_s else None
+        first_content_at: float | None = None
+        last_data_at: float | None = None
+        relayed_bytes = relayed_events = 0
+        end: tuple[str, str, str] | None = None  # (outcome kind, code, message)
+        await self._start(send, upstream)
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                if first_content_at is None:
+                    end = ("stalled", "stream_first_event_timeout",
+                           f"The upstream stream sent no content within {wd.first_event_timeout_s:g} s; taskgate closed it.")
+                else:
+                    end = ("stalled", "stream_idle_timeout",
+                           f"The upstream stream went silent for {wd.idle_timeout_s:g} s after it started; taskgate closed it.")
+                break
+            except httpx.HTTPError as exc:
+                end = ("truncated", "stream_truncated",
+                       f"The upstream stream broke off ({type(exc).__name__}) before its end.")
+                break
+            paused_at = loop.time()
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            resumed_at = loop.time()
+            relayed_bytes += len(chunk)
+            try:
+                events = decoder.feed(chunk)
+            except SSEEventTooLarge as exc:
+                end = ("truncated", "stream_event_too_large", str(exc))
+                break
+            terminal = False
+            for event, data in events:
+                relayed_events += 1
+                kind = observer.feed(event, data)
+                if kind is EventKind.TERMINAL:
+                    terminal = True
+                if kind is EventKind.CONTENT:
+                    if first_content_at is None:
+                        first_content_at = resumed_at
+                    last_data_at = resumed_at
+                elif kind is EventKind.DATA or kind is EventKind.TERMINAL:
+                    last_data_at = resumed_at
+                elif kind is EventKind.HEARTBEAT and wd.heartbeats_reset:
+                    last_data_at = resumed_at
+                else:
+                    continue
+                if first_content_at is not None:
+                    deadline = resumed_at + wd.idle_timeout_s if wd.idle_timeout_s else None
+            if terminal:
+                break  # nothing may follow the terminal event; do not wait for the close
+            if deadline is not None:
+                deadline += resumed_at - paused_at  # a slow client is not a silent upstream
+        summary = observer.summary()
+        self.outcome.summary = summary
+        now = loop.time()
+        self.outcome.detail.update({
+            "bytes_relayed": relayed_bytes, "events_relayed": relayed_events,
+            "seconds_since_first_content": None if first_content_at is None else round(now - first_content_at, 3),
+            "seconds_since_last_data": None if last_data_at is None else round(now - last_data_at, 3),
+        })
+        if end is None and not summary.terminal_seen:
+            end = ("truncated", "stream_truncated",
+                   "The upstream stream ended without its terminal event.")
+        if end is not None:
+            kind, code, message = end
+            await upstream.aclose()
+            self.outcome.kind = kind
+            self.outcome.detail["code"] = code
+            etype = "upstream_stalled" if kind == "stalled" else "upstream_error"
+            if self.fmt.name == "anthropic_messages":
+                etype = "api_error"
+            await send({"type": "http.response.body", "body": self.fmt.stream_error(message, etype, code),
+                        "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _start(self, send: Callable, upstream: httpx.Response) -> None:
+        self._response_started = True
+        await send({"type": "http.response.start", "status": upstream.status_code,
+                    "headers": response_headers(upstream.headers)})
+
+    def _fail(self, kind: str, status: int, code: str, message: str) -> GatewayError:
+        self.outcome.kind = kind
+        self.outcome.status = status
+        self.outcome.detail["code"] = code
+        return GatewayError(status, code, code, message)
+
+    async def _send_error(self, send: Callable, err: GatewayError) -> None:
+        body, headers = render_error(self.fmt, err)
+        await send({"type": "http.response.start", "status": err.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def render_error(fmt: WireFormat, err: GatewayError) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """JSON body and raw headers for a gateway error in ``fmt``'s shape."""
+    etype = err.type
+    if fmt.name == "anthropic_messages":
+        etype = ANTHROPIC_ERROR_TYPES.get(err.status, "api_error")
+    body = json.dumps(fmt.error_body(err.message, etype, err.code)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.encode(), v.encode()) for k, v in err.headers.items()]
+    return body, headers
+
+
+async def _wait_for_disconnect(receive: Callable) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return

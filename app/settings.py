@@ -1,0 +1,127 @@
+"""Every knob of taskgate in one place.
+
+Read from the environment (prefix ``TASKGATE_``) and from a ``.env`` file in the
+working directory. Units are in the field names (``_s`` seconds, ``_bytes`` bytes).
+The application reads :func:`get_settings`, never ``os.environ``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from functools import lru_cache
+from pathlib import Path
+
+import platformdirs
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: Session headers agents send, in lookup order (lower-case). opencode sends
+#: ``x-session-id``; Codex CLI ``session-id`` (older builds ``session_id``);
+#: Claude Code ``x-claude-code-session-id``.
+DEFAULT_SESSION_HEADERS = (
+    "x-session-id",
+    "session-id",
+    "session_id",
+    "x-claude-code-session-id",
+)
+
+
+class Settings(BaseSettings):
+    """taskgate settings. Field ``foo_bar`` is set by ``TASKGATE_FOO_BAR``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TASKGATE_", env_file=".env", extra="ignore"
+    )
+
+    # --- database -------------------------------------------------------------
+    database_url: str | None = Field(
+        default=None,
+        description="postgresql+asyncpg:// URL. Unset: run an embedded PostgreSQL under data_dir.",
+    )
+    data_dir: Path = Field(
+        default_factory=lambda: Path(platformdirs.user_data_dir("taskgate")),
+        description="Where the embedded PostgreSQL keeps its data.",
+    )
+    migrate_on_start: bool = Field(
+        default=True,
+        description="Run alembic migrations at start-up (always done for the embedded database).",
+    )
+    database_pool_size: int = 10
+    database_timeout_s: float = Field(
+        default=5.0, description="Connect and statement timeout for admission queries."
+    )
+
+    # --- listening --------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = 8080
+    admin_token: str | None = Field(
+        default=None,
+        description="Bearer token for /admin. Unset: one is generated at start-up and printed once.",
+    )
+
+    # --- upstream providers -----------------------------------------------------
+    upstream_base_url: str = "https://api.openai.com/v1"
+    upstream_api_key: str | None = None
+    anthropic_base_url: str = "https://api.anthropic.com"
+    anthropic_api_key: str | None = None
+    upstream_connect_timeout_s: float = 10.0
+    upstream_timeout_s: float = Field(
+        default=600.0,
+        description="Total time a non-streamed upstream response may take before 504.",
+    )
+    upstream_max_connections: int = 1000
+
+    # --- requests ---------------------------------------------------------------
+    max_body_bytes: int = Field(
+        default=32 * 1024 * 1024, description="Largest request body accepted (413 above)."
+    )
+
+    # --- task defaults ----------------------------------------------------------
+    default_request_limit: int = 1000
+
+    # --- stream watchdog --------------------------------------------------------
+    stream_idle_timeout_s: float = Field(
+        default=90.0,
+        description="Silence allowed after the first content event; 0 disables.",
+    )
+    stream_first_event_timeout_s: float = Field(
+        default=300.0,
+        description="Time allowed before the first content event; 0 disables.",
+    )
+    heartbeats_reset_timers: bool = Field(
+        default=False,
+        description="Count SSE comments and Anthropic ping events as progress (not recommended).",
+    )
+
+    # --- loop guard -------------------------------------------------------------
+    loop_guard_enabled: bool = True
+    session_headers: tuple[str, ...] = DEFAULT_SESSION_HEADERS
+    identical_streak: int = 5
+    cycle_repeats: int = 5
+    failure_streak: int = 12
+    per_tool_thresholds: dict[str, int] = Field(default_factory=dict)
+    tool_call_limit: int | None = None
+    loop_warning: bool = False
+    loop_warning_after: int = 3
+    error_patterns: tuple[str, ...] | None = Field(
+        default=None,
+        description="Regexes marking a tool result as failed; unset uses the built-in defaults.",
+    )
+
+    @field_validator("session_headers")
+    @classmethod
+    def _lower(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(h.lower() for h in v)
+
+    def ensure_admin_token(self) -> bool:
+        """Generate ``admin_token`` when unset. Returns ``True`` if one was generated."""
+        if self.admin_token:
+            return False
+        self.admin_token = "tgadm-" + secrets.token_urlsafe(24)
+        return True
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings (read once)."""
+    return Settings()

@@ -1,0 +1,40 @@
+"""Shared fixtures: one real PostgreSQL, one scripted upstream and one gateway
+process per test session; each test makes its own tasks."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import pytest
+
+from app.testing.upstream import UpstreamServer
+from tests.support import Admin, GatewayProcess, fresh_database
+
+
+@pytest.fixture(scope="session")
+def database_url() -> Iterator[str]:
+    with fresh_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[UpstreamServer]:
+    with UpstreamServer() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _reset_upstream(request: pytest.FixtureRequest) -> None:
+    if "upstream" in request.fixturenames:
+        request.getfixturevalue("upstream").reset()
+
+
+@pytest.fixture(scope="session")
+def gateway(database_url: str, upstream: UpstreamServer) -> Iterator[GatewayProcess]:
+    with GatewayProcess(database_url, upstream.base_url) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="session")
+def admin(gateway: GatewayProcess) -> Admin:
+    return Admin(gateway.url)
