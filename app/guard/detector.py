@@ -1,0 +1,281 @@
+"""Loop detection: one conversation's tool-call history in, one verdict out.
+
+Pure: no I/O, no clock, no database. The caller (the guard ledger) loads the most
+recent :func:`window_size` records of one conversation, oldest first, and calls
+:func:`detect`; a ``STOP`` verdict is what trips the durable stop latch.
+
+A call's *signature* is ``(tool_name, arguments_hash, result_hash)`` (hashes from
+:mod:`app.guard.fingerprint`). Only *completed* records (``result_hash`` not
+``None``) take part in rules 1-3; pending ones are skipped, neither breaking nor
+extending a streak. An error result is a result, and so is an empty one.
+
+Rules (defaults in parentheses):
+
+1. ``repeated_tool_call``: the trailing run of completed calls with one signature
+   has length >= the identical threshold (5).
+2. ``tool_call_cycle``: the trailing completed calls are a block of 2 or 3
+   signatures, not all equal, repeated >= ``cycle_repeats`` (5) full times in a
+   row: ``A,B`` x5 is 10 calls, ``A,B,C`` x5 is 15. The block may start anywhere
+   in the cycle (``B,A`` x5 after a leading ``A`` is still a cycle).
+3. ``repeated_tool_failure``: some tool's own completed calls (other tools' calls
+   in between ignored) end with >= ``failure_streak`` (12) failures, whatever the
+   error text. Only a success of that same tool clears it. A completed record with
+   ``is_error`` ``None`` counts as a success.
+4. Per-tool override (``per_tool``): replaces the identical threshold for runs of
+   that tool (a polling allowance, e.g. ``{"check_status": 20}``; it may also be
+   lower than the default). For rule 2 the threshold is the max of
+   ``cycle_repeats`` and the overrides of the tools in the block, so an override
+   only ever loosens the cycle rule. Rule 3 ignores overrides.
+5. ``tool_call_limit``: ``task_tool_calls > tool_call_limit``. The limit is the
+   number of calls allowed; the task's (limit+1)th call trips it. It counts the
+   whole task (all conversations), so the caller passes the count.
+6. Warn: with ``warn_after`` set, a trailing identical run of length >=
+   ``warn_after`` and < its stop threshold gives ``WARN`` ``repeated_tool_call``.
+
+Precedence: any stop beats a warn; among stops the first of
+:data:`STOP_PRECEDENCE` wins (most specific diagnosis first: identical, cycle,
+failure, then the limit as the generic backstop). Rules 1 and 2 never both fire
+(a block of equal signatures is not a cycle).
+
+Cost: O(len(history)) time and memory.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_IDENTICAL_STREAK = 5
+DEFAULT_CYCLE_REPEATS = 5
+DEFAULT_FAILURE_STREAK = 12
+#: Block lengths checked by the cycle rule (length 1 is the identical rule).
+CYCLE_LENGTHS: tuple[int, ...] = (2, 3)
+#: :func:`window_size` headroom over the longest run a rule needs, for pending
+#: records and for failure streaks interleaved with other tools' calls.
+WINDOW_FACTOR = 4
+MIN_WINDOW = 64
+
+REASON_REPEATED_TOOL_CALL = "repeated_tool_call"
+REASON_TOOL_CALL_CYCLE = "tool_call_cycle"
+REASON_REPEATED_TOOL_FAILURE = "repeated_tool_failure"
+REASON_TOOL_CALL_LIMIT = "tool_call_limit"
+#: Order in which stop reasons win when several rules fire at once.
+STOP_PRECEDENCE: tuple[str, ...] = (
+    REASON_REPEATED_TOOL_CALL,
+    REASON_TOOL_CALL_CYCLE,
+    REASON_REPEATED_TOOL_FAILURE,
+    REASON_TOOL_CALL_LIMIT,
+)
+
+Signature = tuple[str, str, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One tool call invocation, in conversation order.
+
+    ``result_hash`` and ``is_error`` are ``None`` while the call is pending (no
+    result seen yet). ``is_error`` is the resolved failure flag
+    (:func:`app.guard.fingerprint.is_failure`).
+    """
+
+    call_id: str
+    tool_name: str
+    arguments_hash: str
+    result_hash: str | None
+    is_error: bool | None
+
+    @property
+    def completed(self) -> bool:
+        return self.result_hash is not None
+
+    @property
+    def signature(self) -> Signature:
+        return (self.tool_name, self.arguments_hash, self.result_hash)
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """Detector settings; counts are numbers of calls (cycles: block repeats).
+
+    Raises ``ValueError`` for a count below 1, ``cycle_repeats`` below 2 (one
+    occurrence of a block is not a repetition) or a negative ``tool_call_limit``.
+    """
+
+    identical_streak: int = DEFAULT_IDENTICAL_STREAK
+    cycle_repeats: int = DEFAULT_CYCLE_REPEATS
+    failure_streak: int = DEFAULT_FAILURE_STREAK
+    per_tool: Mapping[str, int] = field(default_factory=dict)
+    tool_call_limit: int | None = None
+    warn_after: int | None = None
+
+    def __post_init__(self) -> None:
+        counts = {"identical_streak": self.identical_streak, "failure_streak": self.failure_streak}
+        counts.update({f"per_tool[{name!r}]": n for name, n in self.per_tool.items()})
+        if self.warn_after is not None:
+            counts["warn_after"] = self.warn_after
+        for label, n in counts.items():
+            if n < 1:
+                raise ValueError(f"{label} must be >= 1, got {n}")
+        if self.cycle_repeats < 2:
+            raise ValueError(f"cycle_repeats must be >= 2, got {self.cycle_repeats}")
+        if self.tool_call_limit is not None and self.tool_call_limit < 0:
+            raise ValueError(f"tool_call_limit must be >= 0, got {self.tool_call_limit}")
+
+    def identical_threshold(self, tool_name: str) -> int:
+        """Stop threshold for an identical run of ``tool_name`` (rules 1 and 4)."""
+        return self.per_tool.get(tool_name, self.identical_streak)
+
+    def cycle_threshold(self, tool_names: Iterable[str]) -> int:
+        """Stop threshold, in block repeats, for a cycle over ``tool_names``."""
+        overrides = [self.per_tool[n] for n in set(tool_names) if n in self.per_tool]
+        return max([self.cycle_repeats, *overrides])
+
+
+class Action(enum.Enum):
+    OK = "ok"
+    WARN = "warn"
+    STOP = "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The detector's answer.
+
+    ``reason``: a ``REASON_*`` code (a warn uses ``"repeated_tool_call"``), ``None``
+    for OK. ``count``: the streak length, cycle repeats, failure count or task call
+    count that decided it. ``detail``: JSON-serialisable evidence, always with
+    ``count`` and ``threshold``; plus ``tool_name`` / ``arguments_hash`` /
+    ``result_hash`` (identical, failure: the latest failing call) or ``cycle`` (list
+    of ``{tool_name, arguments_hash, result_hash}``, oldest first), ``block_length``
+    and ``calls`` (cycle).
+    """
+
+    action: Action
+    reason: str | None = None
+    count: int = 0
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+OK = Verdict(Action.OK)
+
+
+def _call_detail(record: CallRecord) -> dict[str, Any]:
+    return {
+        "tool_name": record.tool_name,
+        "arguments_hash": record.arguments_hash,
+        "result_hash": record.result_hash,
+    }
+
+
+def _trailing_identical_run(done: Sequence[CallRecord]) -> int:
+    """Length of the trailing run of equal signatures (0 for no calls)."""
+    if not done:
+        return 0
+    last = done[-1].signature
+    run = 0
+    for record in reversed(done):
+        if record.signature != last:
+            break
+        run += 1
+    return run
+
+
+def _identical_verdict(done: Sequence[CallRecord], run: int, threshold: int, action: Action) -> Verdict:
+    detail = _call_detail(done[-1]) | {"count": run, "threshold": threshold}
+    return Verdict(action, REASON_REPEATED_TOOL_CALL, run, detail)
+
+
+def _cycle_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict | None:
+    signatures = [r.signature for r in done]
+    for k in CYCLE_LENGTHS:
+        if len(signatures) < 2 * k:
+            continue
+        block = signatures[-k:]
+        if len(set(block)) == 1:
+            continue
+        repeats = 1
+        while (repeats + 1) * k <= len(signatures):
+            start = len(signatures) - (repeats + 1) * k
+            if signatures[start : start + k] != block:
+                break
+            repeats += 1
+        threshold = thresholds.cycle_threshold(r.tool_name for r in done[-k:])
+        if repeats >= threshold:
+            detail = {
+                "cycle": [_call_detail(r) for r in done[-k:]],
+                "block_length": k,
+                "calls": repeats * k,
+                "count": repeats,
+                "threshold": threshold,
+            }
+            return Verdict(Action.STOP, REASON_TOOL_CALL_CYCLE, repeats, detail)
+    return None
+
+
+def _failure_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict | None:
+    failures: dict[str, int] = {}  # tool -> trailing failures; first key = most recent
+    latest: dict[str, CallRecord] = {}
+    cleared: set[str] = set()
+    for record in reversed(done):
+        tool = record.tool_name
+        if tool in cleared:
+            continue
+        if record.is_error:
+            failures[tool] = failures.get(tool, 0) + 1
+            latest.setdefault(tool, record)
+        else:
+            cleared.add(tool)
+    if not failures:
+        return None
+    tool = max(failures, key=failures.__getitem__)  # ties: the most recent streak
+    count = failures[tool]
+    if count < thresholds.failure_streak:
+        return None
+    detail = _call_detail(latest[tool]) | {"count": count, "threshold": thresholds.failure_streak}
+    return Verdict(Action.STOP, REASON_REPEATED_TOOL_FAILURE, count, detail)
+
+
+def _limit_rule(task_tool_calls: int, thresholds: Thresholds) -> Verdict | None:
+    limit = thresholds.tool_call_limit
+    if limit is None or task_tool_calls <= limit:
+        return None
+    detail = {"count": task_tool_calls, "threshold": limit}
+    return Verdict(Action.STOP, REASON_TOOL_CALL_LIMIT, task_tool_calls, detail)
+
+
+def detect(history: Sequence[CallRecord], thresholds: Thresholds, *, task_tool_calls: int = 0) -> Verdict:
+    """The verdict for one conversation's call ``history`` (oldest first).
+
+    ``task_tool_calls``: tool calls made so far by the whole task, all
+    conversations (rule 5). See the module docstring for the rules and precedence.
+    """
+    done = [r for r in history if r.completed]
+    run = _trailing_identical_run(done)
+    run_threshold = thresholds.identical_threshold(done[-1].tool_name) if done else 0
+
+    if run and run >= run_threshold:
+        return _identical_verdict(done, run, run_threshold, Action.STOP)
+    stop = _cycle_rule(done, thresholds) or _failure_rule(done, thresholds) or _limit_rule(task_tool_calls, thresholds)
+    if stop is not None:
+        return stop
+    if thresholds.warn_after is not None and run >= thresholds.warn_after:
+        return _identical_verdict(done, run, run_threshold, Action.WARN)
+    return OK
+
+
+def window_size(thresholds: Thresholds) -> int:
+    """How many of a conversation's most recent records (pending included) to load.
+
+    The longest run any rule needs is max(identical threshold incl. overrides,
+    3 x cycle threshold, failure streak); the window is ``WINDOW_FACTOR`` times
+    that, at least ``MIN_WINDOW`` (64 for the defaults). A shorter history only
+    shortens runs, so a window can miss a loop (e.g. a failure streak interleaved
+    with very many other calls) but never causes a false stop.
+    """
+    identical = max([thresholds.identical_streak, *thresholds.per_tool.values()])
+    cycle = max(CYCLE_LENGTHS) * thresholds.cycle_threshold(thresholds.per_tool)
+    need = max(identical, cycle, thresholds.failure_streak)
+    return max(MIN_WINDOW, WINDOW_FACTOR * need)
