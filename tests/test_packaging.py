@@ -1,0 +1,50 @@
+"""The Dockerfile and docker-compose.yml cannot run here (no Docker engine), so their
+wiring is checked against the settings instead."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from sqlalchemy.engine import make_url
+
+from app.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_compose_services_and_variables_match_settings():
+    compose = _compose()
+    services = compose["services"]
+    assert set(services) == {"postgres", "migrate", "gateway"}
+    fields = set(Settings.model_fields)
+    for name in ("migrate", "gateway"):
+        for var in services[name]["environment"]:
+            assert var.startswith("TASKGATE_"), var
+            assert var.removeprefix("TASKGATE_").lower() in fields, f"{var} is not a setting"
+    gateway = services["gateway"]
+    env = gateway["environment"]
+    assert gateway["ports"] == [f"{env['TASKGATE_PORT']}:{env['TASKGATE_PORT']}"]
+    url = make_url(env["TASKGATE_DATABASE_URL"])
+    assert url.drivername == "postgresql+asyncpg" and url.host == "postgres"
+    pg_env = services["postgres"]["environment"]
+    assert (url.username, url.password, url.database) == (
+        pg_env["POSTGRES_USER"], pg_env["POSTGRES_PASSWORD"], pg_env["POSTGRES_DB"])
+    assert env["TASKGATE_MIGRATE_ON_START"] == "false"
+    assert gateway["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert services["migrate"]["command"] == ["taskgate", "migrate"]
+    assert services["migrate"]["environment"]["TASKGATE_DATABASE_URL"] == env["TASKGATE_DATABASE_URL"]
+
+
+def test_dockerfile_is_non_root_and_checks_readiness():
+    text = (ROOT / "Dockerfile").read_text()
+    assert "USER taskgate" in text
+    assert "/readyz" in text and "HEALTHCHECK" in text
+    port = _compose()["services"]["gateway"]["environment"]["TASKGATE_PORT"]
+    assert f"EXPOSE {port}" in text and f"TASKGATE_PORT={port}" in text
+    for path in ("app", "migrations", "pyproject.toml"):
+        assert f"COPY {path}" in text or f"COPY pyproject.toml" in text
