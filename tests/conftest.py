@@ -38,3 +38,13 @@ def gateway(database_url: str, upstream: UpstreamServer) -> Iterator[GatewayProc
 @pytest.fixture(scope="session")
 def admin(gateway: GatewayProcess) -> Admin:
     return Admin(gateway.url)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type: ignore[no-untyped-def]
+    """On failure, attach the tail of the gateway's log to the report."""
+    outcome = yield
+    report = outcome.get_result()
+    gw = item.funcargs.get("gateway") if hasattr(item, "funcargs") else None
+    if report.failed and gw is not None:
+        report.sections.append(("gateway log (tail)", gw.output()[-4000:]))

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 import httpx
+from starlette.responses import Response
 
 from app.errors import ANTHROPIC_ERROR_TYPES, GatewayError
 from app.proxy.upstream import response_headers
@@ -65,8 +66,11 @@ class Outcome:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-class RelayResponse:
-    """ASGI response relaying ``request`` through ``client`` (see module docstring)."""
+class RelayResponse(Response):
+    """ASGI response relaying ``request`` through ``client`` (see module docstring).
+
+    A :class:`starlette.responses.Response` so FastAPI hands it to the server as is;
+    status, headers and body all come from upstream in :meth:`__call__`."""
 
     def __init__(self, client: httpx.AsyncClient, request: httpx.Request, fmt: WireFormat,
                  *, stream_requested: bool, watchdog: Watchdog, total_timeout_s: float,
@@ -81,6 +85,7 @@ class RelayResponse:
         self.on_finish = on_finish
         self.outcome = Outcome(detail={"endpoint": endpoint, "model": model})
         self._response_started = False
+        self.background = None
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         relay = asyncio.ensure_future(self._relay(send))

@@ -27,7 +27,8 @@ from app.guard.ledger import GuardRequest
 from app.proxy.accounting import Accounting
 from app.proxy.relay import RelayResponse, Watchdog, render_error
 from app.proxy.upstream import is_anthropic, request_headers, upstream_url
-from app.wire import format_for_path
+from app.wire import CHAT_COMPLETIONS, UnknownWirePath, format_for_path
+from app.wire.base import WireFormat
 
 router = APIRouter(include_in_schema=False)
 
@@ -44,6 +45,15 @@ LOOP_NOTICE = (
     "got the same result each time. Repeating it will not change the result. Take a "
     "different next step, or stop and report what is blocking you."
 )
+
+
+def wire_format(path: str) -> WireFormat:
+    """The wire format for ``path``; OpenAI's shape for paths no format claims
+    (``GET /v1/models``, unknown paths), so every error has a shape."""
+    try:
+        return format_for_path(path)
+    except UnknownWirePath:
+        return CHAT_COMPLETIONS
 
 
 def _token(headers: dict[str, str]) -> str:
@@ -92,7 +102,7 @@ async def proxy_post(request: Request) -> Any:
     if path not in INFERENCE_PATHS and path not in FREE_POST_PATHS:
         raise GatewayError(404, "invalid_request_error", "unknown_url",
                            f"taskgate does not proxy POST {path}.")
-    fmt = format_for_path(path)
+    fmt = wire_format(path)
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
     body = await _read_body(request, settings.max_body_bytes)
     token = _token(headers)
@@ -153,7 +163,7 @@ async def proxy_get(request: Request) -> Any:
         "GET", upstream_url(settings, path, request.url.query, anthropic),
         headers=request_headers(settings, headers, anthropic))
     return RelayResponse(
-        state.client, upstream_request, format_for_path("/v1/messages" if anthropic else path),
+        state.client, upstream_request, wire_format("/v1/messages" if anthropic else path),
         stream_requested=False, watchdog=_watchdog(task, settings),
         total_timeout_s=settings.upstream_timeout_s,
         on_finish=_nothing, endpoint=path, model=None,
@@ -176,7 +186,7 @@ def _watchdog(task: dict[str, Any], settings: Any) -> Watchdog:
 
 def error_response(path: str, err: GatewayError) -> Response:
     """Render a :class:`GatewayError` for ``path`` in its wire format's shape."""
-    body, headers = render_error(format_for_path(path), err)
+    body, headers = render_error(wire_format(path), err)
     response = Response(content=body, status_code=err.status)
     response.raw_headers = headers
     return response
