@@ -63,7 +63,19 @@ def migrate() -> None:
     click.echo(f"taskgate: database migrated ({url.split('@')[-1]})")
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@main.command()
+@click.option("--max-turns", default=20, show_default=True, help="Give up after this many agent turns.")
+def demo(max_turns: int) -> None:
+    """Watch the loop guard stop a looping agent (gateway + scripted upstream + agent)."""
+    from app.demo import run_demo
+
+    task = run_demo(max_turns=max_turns)
+    if task["status"] != "stopped":
+        raise SystemExit(1)
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+              add_help_option=False)
 @click.pass_context
 def upstream(ctx: click.Context) -> None:
     """Run the scripted mock provider (see ``taskgate upstream --help``)."""

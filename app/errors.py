@@ -43,13 +43,16 @@ class GatewayError(Exception):
         return f"{self.status} {self.type}/{self.code}: {self.message}"
 
 
-def task_stopped(task_id: str, reason: str, counters: str) -> GatewayError:
-    """403 for a task whose stop latch is set (or is being set by this request)."""
+def task_stopped(task_id: str, reason: str, counters: str, why: str | None = None) -> GatewayError:
+    """403 for a task whose stop latch is set (or is being set by this request).
+
+    ``why`` is an optional sentence explaining the reason (e.g. which tool looped)."""
+    because = f": {why}" if why else ""
     return GatewayError(
         403,
         "task_stopped",
         reason,
-        f"Task '{task_id}' is stopped ({reason}): {counters}. "
+        f"Task '{task_id}' is stopped ({reason}{because}). Counters: {counters}. "
         "No request of this task will be forwarded until an operator resumes it.",
         {"x-should-retry": "false"},
     )

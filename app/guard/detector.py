@@ -279,3 +279,22 @@ def window_size(thresholds: Thresholds) -> int:
     cycle = max(CYCLE_LENGTHS) * thresholds.cycle_threshold(thresholds.per_tool)
     need = max(identical, cycle, thresholds.failure_streak)
     return max(MIN_WINDOW, WINDOW_FACTOR * need)
+
+
+def explain(reason: str | None, detail: Mapping[str, Any] | None) -> str | None:
+    """One sentence saying why a loop-guard reason fired, from its ``stop_detail``;
+    ``None`` for reasons the loop guard does not own."""
+    d = detail or {}
+    if reason == REASON_REPEATED_TOOL_CALL:
+        return (f"the agent called {d.get('tool_name')} {d.get('count')} times in a row with the same "
+                f"arguments and got the same result (threshold {d.get('threshold')})")
+    if reason == REASON_TOOL_CALL_CYCLE:
+        names = ", ".join(str(c.get("tool_name")) for c in d.get("cycle", []))
+        return (f"the agent repeated the same cycle of tool calls ({names}) {d.get('count')} times "
+                f"with unchanged arguments and results (threshold {d.get('threshold')})")
+    if reason == REASON_REPEATED_TOOL_FAILURE:
+        return (f"{d.get('tool_name')} failed {d.get('count')} times in a row "
+                f"(threshold {d.get('threshold')})")
+    if reason == REASON_TOOL_CALL_LIMIT:
+        return f"the task made {d.get('count')} tool calls, over its limit of {d.get('threshold')}"
+    return None

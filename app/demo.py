@@ -1,0 +1,109 @@
+"""``taskgate demo``: watch the loop guard stop a looping agent, in one command.
+
+Starts three things on loopback: the scripted upstream answering every turn with the
+same ``read_file`` tool call, a gateway on an embedded PostgreSQL in a temporary
+directory (or on ``TASKGATE_DATABASE_URL``), and a small agent on the official
+``openai`` SDK that executes each tool call and sends the result back. It prints every
+turn, then the refusal the agent got and the task's ``stop_reason`` and
+``stop_detail`` from the admin API.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import click
+import httpx
+import uvicorn
+
+from app.db import embedded
+from app.main import create_app
+from app.settings import Settings
+from app.testing.upstream import UpstreamServer
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Gateway:
+    """The gateway app under uvicorn in a background thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port,
+                                log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "_Gateway":
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise click.ClickException("the gateway did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def run_demo(max_turns: int = 20, tool_result: str = "") -> dict:
+    """Run the demo; returns the stopped task as the admin API shows it."""
+    try:
+        import openai
+    except ImportError:  # pragma: no cover - depends on the install
+        raise click.ClickException("the demo's agent uses the openai SDK: pip install 'taskgate[demo]'") from None
+
+    with tempfile.TemporaryDirectory(prefix="taskgate-demo-") as tmp, UpstreamServer() as upstream:
+        upstream.script("tool_call", name="read_file", arguments={"path": "notes/todo.md"})
+        settings = Settings(port=_free_port(), data_dir=Path(tmp), admin_token="tgadm-" + secrets.token_urlsafe(16),
+                            upstream_base_url=upstream.base_url + "/v1", upstream_api_key="sk-demo-provider-key")
+        base = f"http://{settings.host}:{settings.port}"
+        click.echo(f"upstream: scripted mock at {upstream.base_url} (always asks for read_file)")
+        click.echo("gateway: starting (embedded PostgreSQL in a temporary directory)...")
+        with _Gateway(settings):
+            admin = httpx.Client(base_url=base, headers={"authorization": f"Bearer {settings.admin_token}"})
+            task = admin.post("/admin/tasks", json={"id": "demo-task", "request_limit": 100}).json()
+            click.echo(f"gateway: {base}/v1 — task {task['id']} created, request_limit 100\n")
+            agent = openai.OpenAI(base_url=base + "/v1", api_key=task["token"], max_retries=0)
+            messages: list[dict] = [
+                {"role": "system", "content": "You are a coding agent."},
+                {"role": "user", "content": "Summarise notes/todo.md"},
+            ]
+            tools = [{"type": "function", "function": {"name": "read_file", "parameters": {
+                "type": "object", "properties": {"path": {"type": "string"}}}}}]
+            for turn in range(1, max_turns + 1):
+                try:
+                    message = agent.chat.completions.create(model="mock-model", messages=messages,
+                                                            tools=tools).choices[0].message
+                except openai.PermissionDeniedError as exc:
+                    click.secho(f"turn {turn:2}: refused by taskgate (HTTP {exc.status_code}): "
+                                f"{exc.body.get('message')}", fg="red")
+                    break
+                calls = message.tool_calls or []
+                messages.append({"role": "assistant", "content": message.content, "tool_calls": [
+                    c.model_dump(exclude_none=True) for c in calls]})
+                for call in calls:
+                    click.echo(f"turn {turn:2}: model calls {call.function.name}({call.function.arguments}) "
+                               f"→ agent runs it → {tool_result!r}")
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": tool_result})
+            stopped = admin.get(f"/admin/tasks/{task['id']}").json()
+            click.echo("")
+            click.echo(f"task {stopped['id']}: status={stopped['status']} stop_reason={stopped['stop_reason']} "
+                       f"admitted_requests={stopped['admitted_requests']} tool_calls={stopped['tool_calls']}")
+            click.echo("stop_detail: " + json.dumps(stopped["stop_detail"], indent=2))
+            click.echo(f"upstream saw {len([r for r in upstream.requests if r.method == 'POST'])} "
+                       "requests; the one carrying the looping result never reached it.")
+        if settings.database_url is None:
+            embedded.stop(Path(tmp))
+        return stopped

@@ -1,0 +1,82 @@
+"""Small helpers shared by the wire format modules. Pure, never raise."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
+
+
+def loads(data: str | bytes) -> Any:
+    """``json.loads`` that returns ``None`` instead of raising."""
+    try:
+        return json.loads(data)
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def canonical_json(value: Any) -> str:
+    """Compact JSON with sorted keys (how non-text parts are flattened)."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)
+
+
+def flatten_output(content: Any) -> str:
+    """Flatten tool result or message content to text.
+
+    A string is returned as is; ``None`` as ``""``; a list of content parts is
+    joined by ``"\\n"``: the ``text`` of text parts (type ``text``, ``input_text``,
+    ``output_text`` or no type), bare strings as is, any other part as its
+    canonical JSON. Any other value is its canonical JSON.
+    """
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        pieces: list[str] = []
+        for part in content:
+            if isinstance(part, str):
+                pieces.append(part)
+            elif (
+                isinstance(part, dict)
+                and isinstance(part.get("text"), str)
+                and part.get("type", "text") in _TEXT_PART_TYPES
+            ):
+                pieces.append(part["text"])
+            else:
+                pieces.append(canonical_json(part))
+        return "\n".join(pieces)
+    return canonical_json(content)
+
+
+def as_int(value: Any) -> int:
+    """A token count: ``value`` when it is a non-negative int, else 0."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return 0
+
+
+def as_str(value: Any) -> str:
+    """``value`` when it is a string, else ``""``."""
+    return value if isinstance(value, str) else ""
+
+
+def join_seed(*parts: str) -> str:
+    """Concatenate the non-empty seed parts with ``"\\n"``."""
+    return "\n".join(p for p in parts if p)
+
+
+def openai_error_body(message: str, type: str, code: str | None) -> dict[str, Any]:
+    """The OpenAI error body: ``{"error": {"message", "type", "code", "param"}}``."""
+    return {"error": {"message": message, "type": type, "code": code, "param": None}}
+
+
+def sse_event(event: str | None, payload: Any) -> bytes:
+    """One SSE event as bytes: optional ``event:`` line, one ``data:`` line, blank line."""
+    data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {data}\n\n".encode()

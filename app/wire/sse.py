@@ -1,0 +1,148 @@
+"""Incremental decoder for ``text/event-stream`` bytes (server-sent events).
+
+Follows the WHATWG HTML "Server-sent events" event stream interpretation
+(https://html.spec.whatwg.org/multipage/server-sent-events.html):
+
+- the stream is UTF-8 (invalid sequences become U+FFFD; a leading BOM is dropped);
+- lines end with ``\\r\\n``, ``\\n`` or ``\\r``;
+- a line starting with ``:`` is a comment and is ignored;
+- ``field: value`` lines set ``event`` and ``data`` (one space after the colon is
+  stripped); ``id``, ``retry`` and unknown fields are ignored;
+- a blank line dispatches the pending event, but only if it has at least one
+  ``data`` line; a block without data lines dispatches nothing;
+- at end of stream an event not closed by a blank line is discarded.
+
+Chunk boundaries may fall anywhere: mid-line, inside a multi-byte UTF-8 sequence,
+or between the ``\\r`` and ``\\n`` of a line end. Line splitting is
+:class:`httpx_sse._decoders.SSELineDecoder` behind an incremental UTF-8 decoder; the
+field handling is local because ``httpx_sse.SSEDecoder`` dispatches blocks without
+data lines and keeps re-dispatching after an ``id`` line.
+"""
+
+from __future__ import annotations
+
+import codecs
+
+from httpx_sse._decoders import SSELineDecoder
+
+DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
+"""Default bound on one pending SSE event (16 MiB)."""
+
+
+class SSEEventTooLarge(Exception):
+    """A pending SSE event grew past the decoder's ``max_event_bytes``.
+
+    Raised by :meth:`SSEDecoder.feed`; the decoder is unusable afterwards.
+    """
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"SSE event exceeds {limit} bytes without a terminating blank line "
+            f"(at least {size} pending)"
+        )
+        self.size = size
+        self.limit = limit
+
+
+class SSEDecoder:
+    """Turn a byte stream into completed ``(event, data)`` pairs.
+
+    ``event`` is the SSE ``event:`` field, ``""`` when absent; ``data`` is the
+    event's ``data:`` lines joined by ``"\\n"``.
+
+    ``max_event_bytes`` bounds memory: when the event being assembled (its data
+    lines plus the unterminated line) exceeds it, :meth:`feed` raises
+    :class:`SSEEventTooLarge`. Size is counted in decoded characters, which is the
+    byte count for the ASCII JSON providers send and never more than it.
+    """
+
+    __slots__ = (
+        "_max",
+        "_utf8",
+        "_utf8_pending",
+        "_at_start",
+        "_lines",
+        "_event",
+        "_data",
+        "_data_size",
+        "_partial",
+    )
+
+    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        self._max = max_event_bytes
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._utf8_pending = False  # the UTF-8 decoder holds a partial sequence
+        self._at_start = True  # no text decoded yet: a BOM may come
+        self._lines = SSELineDecoder()
+        self._event = ""
+        self._data: list[str] = []
+        self._data_size = 0
+        self._partial = 0  # characters in the unterminated line held by _lines
+
+    def feed(self, chunk: bytes) -> list[tuple[str, str]]:
+        """Decode one chunk; return the events it completed, in order.
+
+        Raises :class:`SSEEventTooLarge` when the pending event passes the bound.
+        """
+        if not self._utf8_pending and chunk.isascii():
+            text = chunk.decode("ascii")
+        else:
+            text = self._utf8.decode(chunk)
+            self._utf8_pending = bool(self._utf8.getstate()[0])
+        if not text:
+            return []
+        if self._at_start:
+            self._at_start = False
+            if text[0] == "\ufeff":
+                text = text[1:]
+                if not text:
+                    return []
+        lines = self._lines.decode(text)
+        if not lines:
+            self._partial += len(text)
+            self._check(self._partial)
+            return []
+        buffered = self._lines.buffer
+        self._partial = len(buffered[0]) if buffered else 0
+        events = self._take(lines)
+        self._check(self._partial)
+        return events
+
+    def flush(self) -> list[tuple[str, str]]:
+        """End of stream: finish a line held back by a trailing ``\\r`` and return
+        any event that completes; discard an unterminated event and reset."""
+        events = self._take(self._lines.flush())
+        self._utf8.reset()
+        self._utf8_pending = False
+        self._at_start = True
+        self._event = ""
+        self._data = []
+        self._data_size = 0
+        self._partial = 0
+        return events
+
+    def _take(self, lines: list[str]) -> list[tuple[str, str]]:
+        events: list[tuple[str, str]] = []
+        for line in lines:
+            if not line:
+                if self._data:
+                    events.append((self._event, "\n".join(self._data)))
+                    self._data = []
+                    self._data_size = 0
+                self._event = ""
+            elif line[0] != ":":
+                name, _, value = line.partition(":")
+                if value[:1] == " ":
+                    value = value[1:]
+                if name == "data":
+                    self._data.append(value)
+                    self._data_size += len(value) + 1
+                    self._check(0)
+                elif name == "event":
+                    self._event = value
+        return events
+
+    def _check(self, partial: int) -> None:
+        size = self._data_size + partial
+        if size > self._max:
+            raise SSEEventTooLarge(size, self._max)
