@@ -98,9 +98,9 @@ class _PartialCall:
 class AnthropicMessagesObserver:
     """Stream observer for Anthropic Messages streaming events.
 
-    Classification: ``content_block_delta`` and a ``content_block_start`` of a
-    ``tool_use`` block are CONTENT; ``message_stop`` is TERMINAL; ``ping`` is
-    HEARTBEAT; everything else (``message_start``, other block starts,
+    Classification: ``content_block_delta`` (text, thinking, tool input) is CONTENT;
+    ``message_stop`` is TERMINAL; ``ping`` is HEARTBEAT; everything else
+    (``message_start``, ``content_block_start`` even for ``tool_use``,
     ``content_block_stop``, ``message_delta``, ``error``) is DATA. The SSE
     ``event:`` name decides; data is parsed only for ``message_start``,
     ``message_delta``, tool-use block starts and ``input_json_delta`` deltas.
@@ -136,8 +136,8 @@ class AnthropicMessagesObserver:
             if '"tool_use"' not in data:
                 return EventKind.DATA
             obj = obj if obj is not None else loads(data)
-            if isinstance(obj, dict) and self._start(obj):
-                return EventKind.CONTENT
+            if isinstance(obj, dict):
+                self._start(obj)
         elif name == "message_start":
             obj = obj if obj is not None else loads(data)
             message = obj.get("message") if isinstance(obj, dict) else None
@@ -158,15 +158,13 @@ class AnthropicMessagesObserver:
             tool_calls=calls, usage=self._usage.usage(), terminal_seen=self._terminal
         )
 
-    def _start(self, obj: dict[str, Any]) -> bool:
+    def _start(self, obj: dict[str, Any]) -> None:
         block = obj.get("content_block")
         index = obj.get("index")
-        if not _is_tool_use(block) or not isinstance(index, int):
-            return False
-        self._calls[index] = _PartialCall(
-            as_str(block.get("id")), as_str(block.get("name")), block.get("input")
-        )
-        return True
+        if _is_tool_use(block) and isinstance(index, int):
+            self._calls[index] = _PartialCall(
+                as_str(block.get("id")), as_str(block.get("name")), block.get("input")
+            )
 
     def _delta(self, obj: Any) -> None:
         if not isinstance(obj, dict):

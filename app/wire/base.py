@@ -156,9 +156,12 @@ class WireFormat(Protocol):
         Anthropic ``{"type": "error", "error": {...}}``)."""
         ...
 
-    def stream_error(self, message: str, type: str, code: str) -> bytes:
+    def stream_error(self, message: str, type: str, code: str, *,
+                     observer: StreamObserver | None = None) -> bytes:
         """The terminal SSE bytes that end a stream the gateway had to cut
-        (stall, truncation), in this format's own event sequence."""
+        (stall, truncation), in this format's own event sequence. ``observer`` is the
+        stream's observer, so the event can continue its sequence (Responses: same
+        response id and the next ``sequence_number``)."""
         ...
 
     def inject_notice(self, body: dict[str, Any], notice: str) -> dict[str, Any]:

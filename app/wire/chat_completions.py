@@ -108,7 +108,8 @@ class ChatCompletionsObserver:
         for choice in choices:
             if not isinstance(choice, dict):
                 continue
-            if choice.get("text"):
+            text = choice.get("text")
+            if isinstance(text, str) and text:
                 kind = EventKind.CONTENT
             delta = choice.get("delta")
             if not isinstance(delta, dict):

@@ -102,12 +102,12 @@ class ResponsesObserver:
     """Stream observer for Responses streaming events.
 
     Classification: ``*.delta`` events (output text, reasoning, refusal, tool call
-    arguments, custom tool input) and ``response.output_item.added`` of a tool
-    call are CONTENT; ``response.completed`` / ``.incomplete`` / ``.failed`` are
-    TERMINAL; ``keepalive`` is HEARTBEAT; everything else (``response.created``,
-    ``*.done``, ``error``, ...) is DATA. The SSE ``event:`` name decides; data is
-    parsed only for tool-call events, ``response.created`` and terminal events (or
-    when the ``event:`` line is missing).
+    arguments, custom tool input) are CONTENT; ``response.completed`` /
+    ``.incomplete`` / ``.failed`` are TERMINAL; ``keepalive`` is HEARTBEAT;
+    everything else (``response.created``, ``response.output_item.added`` even for
+    a tool call, ``*.done``, ``error``, ...) is DATA. The SSE ``event:`` name
+    decides; data is parsed only for tool-call events, ``response.created`` and
+    terminal events (or when the ``event:`` line is missing).
 
     Also remembers the upstream response id, ``created_at``, ``model`` and the next
     ``sequence_number``, so :meth:`ResponsesFormat.stream_error` can continue the
@@ -174,7 +174,7 @@ class ResponsesObserver:
             if not isinstance(item, dict) or item.get("type") not in _CALL_TYPES:
                 return EventKind.DATA
             self._item(item, obj.get("output_index"), final=name == _ITEM_DONE)
-            return EventKind.CONTENT if name == _ITEM_ADDED else EventKind.DATA
+            return EventKind.DATA
         if name in (_ARGS_DONE, _INPUT_DONE):
             obj = self._parse(obj, data)
             if obj is not None:
