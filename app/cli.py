@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 
 import click
@@ -44,6 +45,10 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
     os.environ["TASKGATE_ADMIN_TOKEN"] = settings.admin_token or ""
     os.environ["TASKGATE_DATABASE_URL"] = database_url
     os.environ["TASKGATE_MIGRATE_ON_START"] = "false"
+    settings.database_url, settings.migrate_on_start = database_url, False
+    # uvicorn re-raises SIGTERM after its graceful shutdown; turn it into a normal exit
+    # so atexit handlers run (they stop the embedded PostgreSQL this process owns).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     host = host or settings.host
     port = port or settings.port
     click.echo(f"taskgate: listening on http://{host}:{port} (OpenAI base URL http://{host}:{port}/v1)",

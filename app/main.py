@@ -30,7 +30,7 @@ from app.proxy.routes import router as proxy_router
 from app.proxy.upstream import create_client
 from app.settings import Settings, get_settings
 
-logger = logging.getLogger("taskgate")
+logger = logging.getLogger("app.main")
 
 
 async def resolve_database(settings: Settings) -> str:
@@ -45,9 +45,21 @@ async def resolve_database(settings: Settings) -> str:
     return url
 
 
+def configure_logging(level: str) -> None:
+    """Send taskgate's own log lines (stops, refusals, stalls, upstream failures) to
+    stderr at ``level``, unless the host application configured them already."""
+    app_logger = logging.getLogger("app")
+    if not app_logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        app_logger.addHandler(handler)
+        app_logger.setLevel(level.upper())
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the gateway app. ``settings`` defaults to the environment's."""
     settings = settings or get_settings()
+    configure_logging(settings.log_level)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

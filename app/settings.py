@@ -52,6 +52,7 @@ class Settings(BaseSettings):
     )
 
     # --- listening --------------------------------------------------------------
+    log_level: str = Field(default="info", description="Level of taskgate's own log lines.")
     host: str = "127.0.0.1"
     port: int = 8080
     admin_token: str | None = Field(

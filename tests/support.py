@@ -79,7 +79,7 @@ def stop_embedded(data_dir: Path) -> None:
 class GatewayProcess:
     """``taskgate serve`` in a subprocess. ``env`` adds ``TASKGATE_*`` settings."""
 
-    def __init__(self, database_url: str, upstream_url: str, **env: str) -> None:
+    def __init__(self, database_url: str | None, upstream_url: str, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
@@ -94,6 +94,8 @@ class GatewayProcess:
             "TASKGATE_DATABASE_TIMEOUT_S": "3",
             **env,
         }
+        if database_url is None:  # embedded PostgreSQL under TASKGATE_DATA_DIR
+            del self.env["TASKGATE_DATABASE_URL"]
         self.proc: subprocess.Popen | None = None
         self.log = tempfile.NamedTemporaryFile(prefix="taskgate-log-", suffix=".txt", delete=False)
 

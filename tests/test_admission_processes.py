@@ -91,3 +91,16 @@ def test_database_down_fails_closed(upstream):
                 assert "Traceback" not in httpx.get(gw.url + "/admin/tasks", headers=Admin(gw.url).http.headers).text
         finally:
             stop_embedded(Path(tmp))
+
+
+def test_embedded_database_stops_with_the_gateway(upstream, tmp_path):
+    """SIGTERM (docker stop, systemd, kill) stops the embedded PostgreSQL it started."""
+    gw = GatewayProcess(None, upstream.base_url, TASKGATE_DATA_DIR=str(tmp_path)).start(timeout=60)
+    try:
+        _, token = Admin(gw.url).create_task()
+        assert _post(gw.url, token) == 200
+        assert (tmp_path / "pgdata" / "postmaster.pid").exists()
+    finally:
+        gw.stop()
+    assert gw.proc.returncode == 0
+    assert not (tmp_path / "pgdata" / "postmaster.pid").exists()

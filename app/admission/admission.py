@@ -25,10 +25,10 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.admission.limits import counters_sentence, limit_breach
+from app.admission.limits import counters_sentence, explain_stop, limit_breach
 from app.db import tasks as task_rows
 from app.errors import GatewayError, task_stopped, unauthorized, unavailable
-from app.guard.detector import Action, Verdict, explain
+from app.guard.detector import Action, Verdict
 from app.guard.ledger import GuardRequest, record_request
 from app.settings import Settings
 
@@ -98,24 +98,26 @@ async def _admit_locked(engine: AsyncEngine, token_hash: str, settings: Settings
             raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
         if task["status"] != "active":
             raise task_stopped(task["id"], task["stop_reason"] or "stopped", counters_sentence(task),
-                               explain(task["stop_reason"], task["stop_detail"]))
+                               explain_stop(task["stop_reason"], task["stop_detail"]))
         verdict = None
         if guard is not None:
             verdict = await record_request(conn, task, guard, settings)
             if verdict.action is Action.STOP:
                 await task_rows.set_latch(conn, task["id"], verdict.reason, dict(verdict.detail))
                 refusal = task_stopped(task["id"], verdict.reason, counters_sentence(task),
-                                       explain(verdict.reason, verdict.detail))
+                                       explain_stop(verdict.reason, verdict.detail))
         if refusal is None:
             breach = limit_breach(task, datetime.now(timezone.utc))
             if breach is not None:
                 reason, detail = breach
                 await task_rows.set_latch(conn, task["id"], reason, detail)
-                refusal = task_stopped(task["id"], reason, counters_sentence(task))
+                refusal = task_stopped(task["id"], reason, counters_sentence(task),
+                                       explain_stop(reason, detail))
         if refusal is None:
             row = (await conn.execute(_COUNT, {"task_id": task["id"]})).mappings().first()
             return Admitted(dict(row), verdict)
     # the latch is committed; only now refuse
+    logger.info("refused a request of task %s: %s", task["id"], refusal.code)
     raise refusal
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any, Mapping
 
+from app.guard.detector import explain
+
 
 def limit_breach(task: Mapping[str, Any], now: datetime) -> tuple[str, dict[str, Any]] | None:
     """Which limit admitting one more request would break, or ``None``.
@@ -40,3 +42,20 @@ def counters_sentence(task: Mapping[str, Any]) -> str:
     token_part = f"{tokens} tokens" + (f" of {task['token_limit']}" if task["token_limit"] else "")
     return (f"{task['admitted_requests']} of {task['request_limit']} requests admitted, "
             f"{token_part}, {task['tool_calls']} tool calls")
+
+
+def explain_stop(reason: str | None, detail: Mapping[str, Any] | None) -> str | None:
+    """One sentence saying why a task stopped, from its ``stop_reason`` and
+    ``stop_detail``; ``None`` when there is nothing to add."""
+    d = detail or {}
+    if reason == "request_limit":
+        return f"it used all {d.get('request_limit')} requests of its request_limit"
+    if reason == "token_limit":
+        return f"upstream reported {d.get('total_tokens')} tokens, at or over its token_limit of {d.get('token_limit')}"
+    if reason == "max_duration":
+        return f"{d.get('elapsed_s')} s passed since its first request; max_duration_s is {d.get('max_duration_s')}"
+    if reason == "repeated_stalls":
+        return f"upstream streams stalled {d.get('stalls')} times; max_stalls is {d.get('max_stalls')}"
+    if d.get("by") == "operator":
+        return "stopped by an operator" + (f": {d['message']}" if d.get("message") else "")
+    return explain(reason, d)

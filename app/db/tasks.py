@@ -3,11 +3,14 @@ connection inside a transaction; callers hold the task's row lock where it matte
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
+
+logger = logging.getLogger(__name__)
 
 _LOCK = text("SELECT * FROM tasks WHERE id = :task_id FOR UPDATE")
 _LOCK_BY_TOKEN = text("SELECT * FROM tasks WHERE token_hash = :token_hash FOR UPDATE")
@@ -49,5 +52,6 @@ async def set_latch(conn: AsyncConnection, task_id: str, reason: str,
     if result.rowcount == 0:
         return False
     await add_event(conn, task_id, "stopped", reason, detail)
+    logger.warning("task %s stopped: %s %s", task_id, reason, detail)
     return True
 
