@@ -163,7 +163,7 @@ def test_tool_stream_classification_in_order() -> None:
         ("content_block_delta", '{"delta":{"type":"input_json_delta"', C),
         ("content_block_start", '{"index":0,"content_block":{"type":"text","text":""}}', D),
         ("content_block_start", '{"index":"x","content_block":{"type":"tool_use"}}', D),
-        ("error", '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}', D),
+        ("error", '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}', T),
         ("message_start", "nope", D),
         ("message_delta", '{"usage": "bad"}', D),
         ("", "garbage", D),
@@ -362,3 +362,11 @@ def test_inject_notice_after_an_assistant_message_adds_a_user_message() -> None:
 )
 def test_messages_paths_route_to_anthropic_messages(path: str) -> None:
     assert format_for_path(path) is ANTHROPIC_MESSAGES
+
+
+def test_upstream_error_event_is_terminal() -> None:
+    from app.wire import ANTHROPIC_MESSAGES
+
+    observer = ANTHROPIC_MESSAGES.stream_observer()
+    kind = observer.feed("error", '{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}')
+    assert kind.name == "TERMINAL" and observer.summary().terminal_seen

@@ -402,3 +402,11 @@ def test_chat_paths_route_to_chat_completions(path: str) -> None:
 def test_unknown_paths_raise(path: str) -> None:
     with pytest.raises(UnknownWirePath):
         format_for_path(path)
+
+
+def test_upstream_error_chunk_counts_as_the_streams_end() -> None:
+    from app.wire import CHAT_COMPLETIONS
+
+    observer = CHAT_COMPLETIONS.stream_observer()
+    assert observer.feed("", '{"error": {"message": "overloaded", "type": "server_error"}}').name == "DATA"
+    assert observer.summary().terminal_seen  # the gateway adds no second error after it

@@ -176,7 +176,7 @@ def test_tool_stream_classification_in_order() -> None:
         ("response.incomplete", '{"type":"response.incomplete","response":{"usage":null}}', T),
         ("response.failed", '{"type":"response.failed","response":{"status":"failed"}}', T),
         ("response.failed", "not json", T),
-        ("error", '{"type":"error","code":"server_error","message":"boom"}', D),
+        ("error", '{"type":"error","code":"server_error","message":"boom"}', T),
         ("response.created", '{"type":"response.created","response":5}', D),
         ("response.output_item.added", '{"item":{"type":"function_call"}}', D),
         ("response.output_item.added", '{"item":"function_call"}', D),
@@ -440,3 +440,11 @@ def test_inject_notice_converts_string_input() -> None:
 )
 def test_responses_paths_route_to_responses(path: str) -> None:
     assert format_for_path(path) is RESPONSES
+
+
+def test_upstream_error_event_is_terminal() -> None:
+    from app.wire import RESPONSES
+
+    observer = RESPONSES.stream_observer()
+    kind = observer.feed("error", '{"type": "error", "code": "server_error", "message": "boom", "sequence_number": 3}')
+    assert kind.name == "TERMINAL" and observer.summary().terminal_seen

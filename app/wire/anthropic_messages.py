@@ -129,7 +129,7 @@ class AnthropicMessagesObserver:
             return EventKind.CONTENT
         if name == "ping":
             return EventKind.HEARTBEAT
-        if name == "message_stop":
+        if name == "message_stop" or name == "error":  # upstream's own end (an error ends it too)
             self._terminal = True
             return EventKind.TERMINAL
         if name == "content_block_start":

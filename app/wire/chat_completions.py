@@ -79,6 +79,9 @@ class ChatCompletionsObserver:
                 return EventKind.TERMINAL
             if not data.lstrip().startswith("{"):
                 return EventKind.DATA
+        if data.startswith('{"error"'):  # upstream's own error chunk: it ends the stream
+            self._terminal = True
+            return EventKind.DATA
         has_calls = '"tool_calls"' in data
         has_usage = (
             '"usage"' in data and '"usage":null' not in data and _USAGE_RE.search(data) is not None

@@ -158,6 +158,9 @@ class ResponsesObserver:
                 if obj is not None:
                     self._delta(obj)
             return EventKind.CONTENT
+        if name == "error":  # upstream's own error event ends the stream
+            self._terminal = True
+            return EventKind.TERMINAL
         if name in _TERMINAL:
             self._terminal = True
             obj = self._parse(obj, data)
