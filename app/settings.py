@@ -47,6 +47,10 @@ class Settings(BaseSettings):
         description="Run alembic migrations at start-up (always done for the embedded database).",
     )
     database_pool_size: int = 10
+    synchronous_commit: bool = Field(
+        default=False,
+        description="Wait for the disk on every admission commit (see app/db/engine.py).",
+    )
     database_timeout_s: float = Field(
         default=5.0, description="Connect and statement timeout for admission queries."
     )

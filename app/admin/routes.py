@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from app.admin import schemas
 from app.admission.tokens import new_token, token_hash
 from app.db import tasks as task_rows
+from app.db.engine import durable
 from app.guard.detector import CallRecord, detect
 from app.guard.ledger import thresholds_for
 
@@ -84,6 +85,7 @@ async def create_task(body: schemas.TaskCreate, request: Request) -> schemas.Tas
     values["loop_guard"] = body.loop_guard.model_dump(exclude_none=True) if body.loop_guard else {}
     try:
         async with request.app.state.engine.begin() as conn:
+            await durable(conn)
             row = (await conn.execute(_INSERT, values)).mappings().one()
             await task_rows.add_event(conn, values["id"], "created", None,
                                       {k: v for k, v in values.items() if k not in ("token_hash", "id")})
@@ -133,6 +135,7 @@ async def update_task(task_id: str, body: schemas.TaskPatch, request: Request) -
             raise _not_found(task_id)
         if not changes:
             return _task(task)
+        await durable(conn)
         sets = ", ".join(f"{k} = :{k}" for k in changes)
         stmt = text(f"UPDATE tasks SET {sets}, updated_at = now() WHERE id = :id RETURNING *")
         stmt = stmt.bindparams(*[bindparam(k, type_=JSONB) for k in changes if k in _JSONB_PARAMS])
@@ -168,6 +171,7 @@ async def resume_task(task_id: str, body: schemas.ResumeRequest, request: Reques
             raise _not_found(task_id)
         if task["status"] != "stopped":
             raise HTTPException(409, f"Task '{task_id}' is not stopped.")
+        await durable(conn)
         row = (await conn.execute(_CLEAR, {"id": task_id})).mappings().one()
         await task_rows.add_event(conn, task_id, "resumed", body.reason, {
             "previous_stop_reason": task["stop_reason"], "previous_stop_detail": task["stop_detail"],
@@ -219,6 +223,7 @@ async def task_tool_calls(task_id: str, request: Request, after: int = 0,
 async def delete_task(task_id: str, request: Request) -> Response:
     """Delete a task, its history and its ledger. Its token stops working at once."""
     async with request.app.state.engine.begin() as conn:
+        await durable(conn)
         result = await conn.execute(text("DELETE FROM tasks WHERE id = :id"), {"id": task_id})
     if result.rowcount == 0:
         raise _not_found(task_id)

@@ -3,8 +3,8 @@
 Every admitted POST runs one PostgreSQL transaction that holds the task's row lock:
 
 - **Fast path** (no new tool results to judge): a single ``UPDATE ... RETURNING``
-  that increments ``admitted_requests`` only while the task is active and under every
-  limit. PostgreSQL re-checks the ``WHERE`` clause on the locked row version, so N
+  (its own transaction, in autocommit mode: one round trip) that increments
+  ``admitted_requests`` only while the task is active and under every limit. PostgreSQL re-checks the ``WHERE`` clause on the locked row version, so N
   concurrent requests against a limit L admit exactly L, across processes.
 - **Locked path** (the fast path refused, or the request carries new tool results):
   ``SELECT ... FOR UPDATE``, then the loop guard records the results and judges the
@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.admission.limits import counters_sentence, explain_stop, limit_breach
 from app.db import tasks as task_rows
+from app.db.engine import autocommit
 from app.errors import GatewayError, task_stopped, unauthorized, unavailable
 from app.guard.detector import Action, Verdict
 from app.guard.ledger import GuardRequest, record_request
@@ -77,7 +78,7 @@ async def admit(engine: AsyncEngine, token_hash: str, settings: Settings,
     """
     try:
         if guard is None:
-            async with engine.begin() as conn:
+            async with autocommit(engine).connect() as conn:  # one statement, one round trip
                 row = (await conn.execute(_FAST_ADMIT, {"token_hash": token_hash})).mappings().first()
             if row is not None:
                 return Admitted(dict(row))

@@ -10,6 +10,8 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from app.db.engine import durable
+
 logger = logging.getLogger(__name__)
 
 _LOCK = text("SELECT * FROM tasks WHERE id = :task_id FOR UPDATE")
@@ -47,6 +49,7 @@ async def set_latch(conn: AsyncConnection, task_id: str, reason: str,
     Returns ``False`` (and records nothing) when the task was already stopped: the
     first reason wins and is never overwritten.
     """
+    await durable(conn)
     result = await conn.execute(_LATCH, {"task_id": task_id, "reason": reason,
                                          "detail": detail})
     if result.rowcount == 0:

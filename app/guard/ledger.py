@@ -26,6 +26,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db import tasks as task_rows
+from app.db.engine import autocommit
 from app.guard.detector import Action, CallRecord, Thresholds, Verdict, detect, window_size
 from app.guard.fingerprint import (
     DEFAULT_ERROR_PATTERNS,
@@ -174,7 +175,7 @@ async def record_response(engine: AsyncEngine, task_id: str, conversation_key: s
     usage = summary.usage
     if not summary.tool_calls:
         if usage is not None and usage.total_tokens:
-            async with engine.begin() as conn:
+            async with autocommit(engine).connect() as conn:
                 await conn.execute(_ADD_USAGE, {"task_id": task_id, "input_tokens": usage.input_tokens,
                                                 "output_tokens": usage.output_tokens})
         return None
