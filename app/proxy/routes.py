@@ -56,6 +56,11 @@ def wire_format(path: str) -> WireFormat:
         return CHAT_COMPLETIONS
 
 
+def _headers(request: Request) -> dict[str, str]:
+    """Request headers as a dict with lower-case names (last value wins)."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
+
+
 def _token(headers: dict[str, str]) -> str:
     auth = headers.get("authorization", "")
     if auth[:7].lower() == "bearer " and auth[7:].strip():
@@ -103,7 +108,7 @@ async def proxy_post(request: Request) -> Any:
         raise GatewayError(404, "invalid_request_error", "unknown_url",
                            f"taskgate does not proxy POST {path}.")
     fmt = wire_format(path)
-    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
+    headers = _headers(request)
     body = await _read_body(request, settings.max_body_bytes)
     token = _token(headers)
     try:
@@ -156,7 +161,7 @@ async def proxy_get(request: Request) -> Any:
     state = request.app.state
     settings = state.settings
     path = request.url.path
-    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
+    headers = _headers(request)
     task = await authenticate(state.engine, token_hash(_token(headers)))
     anthropic = is_anthropic(path, headers)
     upstream_request = state.client.build_request(
