@@ -4,7 +4,9 @@
 
 - **Streams** (``text/event-stream``) are relayed chunk by chunk, byte for byte, while
   an incremental SSE decoder feeds the wire format's observer (tool calls, usage,
-  progress). The **stream-silence watchdog** is an ``asyncio.timeout_at`` around each
+  progress); an incomplete trailing event is held back until its blank line arrives,
+  so a cut never splices the terminal error into half an event. The **stream-silence
+  watchdog** is an ``asyncio.timeout_at`` around each
   upstream read: before the first content event the deadline is
   ``stream_first_event_timeout_s`` from the start, after it ``stream_idle_timeout_s``
   from the last data event. Heartbeats (SSE comments, Anthropic ``ping``) are relayed
@@ -34,7 +36,7 @@ from starlette.responses import Response
 from app.errors import ANTHROPIC_ERROR_TYPES, GatewayError
 from app.proxy.upstream import response_headers
 from app.wire.base import EventKind, ResponseSummary, WireFormat
-from app.wire.sse import SSEDecoder, SSEEventTooLarge
+from app.wire.sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, SSEEventTooLarge
 
 logger = logging.getLogger(__name__)
 
@@ -174,6 +176,7 @@ class RelayResponse(Response):
         first_content_at: float | None = None
         last_data_at: float | None = None
         relayed_bytes = relayed_events = 0
+        held = bytearray()  # an incomplete trailing event: relayed once complete, dropped on a cut
         end: tuple[str, str, str] | None = None  # (outcome kind, code, message)
         await self._start(send, upstream)
         while True:
@@ -194,14 +197,27 @@ class RelayResponse(Response):
                 end = ("truncated", "stream_truncated",
                        f"The upstream stream broke off ({type(exc).__name__}) before its end.")
                 break
+            if not held and chunk.endswith(b"\n\n"):
+                out = chunk  # the usual case: whole events
+            else:
+                scan_from = max(len(held) - 1, 0)
+                held += chunk
+                cut = _event_boundary(held, scan_from)
+                out = bytes(held[:cut])
+                del held[:cut]
             paused_at = loop.time()
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if out:
+                await send({"type": "http.response.body", "body": out, "more_body": True})
             resumed_at = loop.time()
-            relayed_bytes += len(chunk)
+            relayed_bytes += len(out)
             try:
                 events = decoder.feed(chunk)
             except SSEEventTooLarge as exc:
                 end = ("truncated", "stream_event_too_large", str(exc))
+                break
+            if len(held) > DEFAULT_MAX_EVENT_BYTES:  # e.g. endless comment lines, no blank line
+                end = ("truncated", "stream_event_too_large",
+                       f"Upstream sent over {DEFAULT_MAX_EVENT_BYTES} bytes without ending an event.")
                 break
             terminal = False
             for event, data in events:
@@ -222,6 +238,9 @@ class RelayResponse(Response):
                 if first_content_at is not None:
                     deadline = resumed_at + wd.idle_timeout_s if wd.idle_timeout_s else None
             if terminal:
+                if held:
+                    await send({"type": "http.response.body", "body": bytes(held), "more_body": True})
+                    relayed_bytes += len(held)
                 break  # nothing may follow the terminal event; do not wait for the close
             if deadline is not None:
                 deadline += resumed_at - paused_at  # a slow client is not a silent upstream
@@ -244,8 +263,8 @@ class RelayResponse(Response):
             etype = "upstream_stalled" if kind == "stalled" else "upstream_error"
             if self.fmt.name == "anthropic_messages":
                 etype = "api_error"
-            await send({"type": "http.response.body", "body": self.fmt.stream_error(message, etype, code),
-                        "more_body": True})
+            error = self.fmt.stream_error(message, etype, code, observer=observer)
+            await send({"type": "http.response.body", "body": error, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _start(self, send: Callable, upstream: httpx.Response) -> None:
@@ -274,6 +293,15 @@ def render_error(fmt: WireFormat, err: GatewayError) -> tuple[bytes, list[tuple[
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.encode(), v.encode()) for k, v in err.headers.items()]
     return body, headers
+
+
+def _event_boundary(data: bytearray, start: int) -> int:
+    """Length of the longest prefix of ``data`` that ends with a blank line (an SSE event
+    boundary: ``\n\n``, ``\r\r``, or ``\n\r``, which also covers ``\r\n\r\n``),
+    searching from ``start``; 0 when there is none. In SSE, CR and LF bytes only ever
+    occur as line ends."""
+    i = max(data.rfind(b"\n\n", start), data.rfind(b"\r\r", start), data.rfind(b"\n\r", start))
+    return i + 2 if i >= 0 else 0
 
 
 async def _wait_for_disconnect(receive: Callable) -> None:
