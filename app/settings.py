@@ -95,7 +95,8 @@ class Settings(BaseSettings):
     )
     heartbeats_reset_timers: bool = Field(
         default=False,
-        description="Count SSE comments and Anthropic ping events as progress (not recommended).",
+        description="Count heartbeat events (Anthropic ping, Responses keepalive) as progress (not "
+        "recommended). SSE comment lines are never events and never count.",
     )
 
     # --- loop guard -------------------------------------------------------------

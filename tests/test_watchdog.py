@@ -548,6 +548,30 @@ def test_client_disconnect_mid_stream_cancels_upstream(gateway, admin, upstream,
     assert admin.task(task_id)["admitted_requests"] == 1
 
 
+def test_client_disconnect_keeps_the_tool_calls_seen_so_far(gateway, admin, upstream):
+    task_id, token = watched_task(admin, idle=0, first=0)
+    # the first of two tool calls (5 argument deltas) arrives whole, then upstream goes silent
+    upstream.script("stall", name="read_file", arguments={"path": "a.txt"}, text="", parallel=2,
+                    after_events=5, stall_s=LONG)
+    path, body = request_for("chat")
+    with httpx.Client(timeout=CLIENT_TIMEOUT) as client:
+        with client.stream("POST", gateway.url + path, json=body, headers=auth(token)) as r:
+            received = b""
+            for chunk in r.iter_raw():
+                received += chunk
+                if received.count(b'"arguments"') >= 5:
+                    break
+    upstream.wait_for(lambda: upstream.requests[0].disconnected, timeout=3)
+    deadline = time.monotonic() + 5
+    calls: list = []
+    while not calls and time.monotonic() < deadline:
+        calls = admin.http.get(f"/admin/tasks/{task_id}/tool-calls").json()["data"]
+        time.sleep(0.05)
+    assert [c["tool_name"] for c in calls] == ["read_file"]
+    assert calls[0]["result_hash"] is None
+    assert b"[DONE]" not in received  # the client really left mid-stream
+
+
 def test_client_disconnect_while_waiting_for_a_body_cancels_upstream(gateway, admin, upstream):
     _, token = admin.create_task()
     upstream.script("delay", delay_s=LONG)

@@ -35,7 +35,7 @@ from starlette.responses import Response
 
 from app.errors import ANTHROPIC_ERROR_TYPES, GatewayError
 from app.proxy.upstream import response_headers
-from app.wire.base import EventKind, ResponseSummary, WireFormat
+from app.wire.base import EventKind, ResponseSummary, StreamObserver, WireFormat
 from app.wire.sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, SSEEventTooLarge
 
 logger = logging.getLogger(__name__)
@@ -87,6 +87,7 @@ class RelayResponse(Response):
         self.on_finish = on_finish
         self.outcome = Outcome(detail={"endpoint": endpoint, "model": model})
         self._response_started = False
+        self._observer: StreamObserver | None = None
         self.background = None
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -105,6 +106,8 @@ class RelayResponse(Response):
                 self.outcome.kind = "disconnected"
         finally:
             watch.cancel()
+            if self.outcome.kind == "disconnected" and self._observer is not None:
+                self.outcome.summary = self._observer.summary()  # the ledger keeps what was seen
             try:
                 await asyncio.shield(self.on_finish(self.outcome))
             except Exception:  # noqa: BLE001 - the client already has its answer
@@ -169,7 +172,7 @@ class RelayResponse(Response):
     async def _relay_stream(self, send: Callable, upstream: httpx.Response, started: float) -> None:
         loop = asyncio.get_running_loop()
         wd = self.watchdog
-        observer = self.fmt.stream_observer()
+        observer = self._observer = self.fmt.stream_observer()
         decoder = SSEDecoder()
         chunks = upstream.aiter_raw()
         deadline = started + wd.first_event_timeout_s if wd.first_event_timeout_s else None
