@@ -17,13 +17,12 @@ from typing import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
-from sqlalchemy.exc import SQLAlchemyError
+import asyncpg
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.admin.routes import router as admin_router
 from app.db import embedded, migrate
-from app.db.engine import create_engine
+from app.db.pool import create_pool
 from app.errors import GatewayError, unavailable
 from app.proxy.routes import error_response
 from app.proxy.routes import router as proxy_router
@@ -67,13 +66,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             print(f"taskgate: TASKGATE_ADMIN_TOKEN is not set; generated admin token for this run: "
                   f"{settings.admin_token}", file=sys.stderr, flush=True)
         database_url = await resolve_database(settings)
-        app.state.engine = create_engine(database_url, settings)
+        app.state.db = await create_pool(database_url, settings)
         app.state.client = create_client(settings)
         try:
             yield
         finally:
             await app.state.client.aclose()
-            await app.state.engine.dispose()
+            await app.state.db.close()
 
     app = FastAPI(
         title="taskgate",
@@ -95,8 +94,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """The database answers (503 otherwise): the gateway can admit requests."""
         try:
             async with asyncio.timeout(settings.database_timeout_s):
-                async with request.app.state.engine.connect() as conn:
-                    await conn.execute(text("SELECT 1"))
+                async with request.app.state.db.acquire() as conn:
+                    await conn.fetchval("SELECT 1")
         except Exception:  # noqa: BLE001
             return JSONResponse({"status": "unavailable", "database": "unreachable"}, status_code=503)
         return JSONResponse({"status": "ready", "database": "ok"})
@@ -117,8 +116,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def _validation_error(request: Request, exc: RequestValidationError):  # type: ignore[no-untyped-def]
         return JSONResponse({"detail": jsonable_errors(exc)}, status_code=422)
 
-    @app.exception_handler(SQLAlchemyError)
-    async def _database_error(request: Request, exc: SQLAlchemyError):  # type: ignore[no-untyped-def]
+    @app.exception_handler(asyncpg.PostgresError)
+    @app.exception_handler(asyncpg.InterfaceError)
+    @app.exception_handler(TimeoutError)
+    async def _database_error(request: Request, exc: Exception):  # type: ignore[no-untyped-def]
         logger.error("database error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
         return _gateway_or_admin(request, unavailable())
 

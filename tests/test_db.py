@@ -13,9 +13,10 @@ from alembic.migration import MigrationContext
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from app.admission.admission import _FAST_ADMIT, admit
+from app.admission.admission import FAST_ADMIT, admit
 from app.admission.limits import limit_breach
 from app.admission.tokens import token_hash
+from app.db.pool import create_pool
 from app.db.schema import metadata
 from app.errors import GatewayError
 from app.settings import Settings
@@ -26,6 +27,13 @@ async def engine(database_url):
     engine = create_async_engine(database_url)
     yield engine
     await engine.dispose()
+
+
+@pytest.fixture
+async def pool(database_url):
+    pool = await create_pool(database_url, Settings(database_url=database_url))
+    yield pool
+    await pool.close()
 
 
 async def test_migrations_create_exactly_the_schema(engine):
@@ -53,33 +61,31 @@ STATES = {
 
 
 @pytest.mark.parametrize("state", list(STATES))
-async def test_fast_path_sql_agrees_with_limit_breach(engine, state):
+async def test_fast_path_sql_agrees_with_limit_breach(pool, state):
     row = {"admitted_requests": 0, "request_limit": 10, "token_limit": None, "input_tokens": 0,
            "output_tokens": 0, "max_duration_s": None, "first_admitted_at": None, **STATES[state]}
     token = secrets.token_hex(8)
     task_id = "limits-" + token
-    async with engine.begin() as conn:
-        await conn.execute(text(
+    async with pool.acquire() as conn:
+        await conn.execute(
             "INSERT INTO tasks (id, token_hash, admitted_requests, request_limit, token_limit, input_tokens,"
-            " output_tokens, max_duration_s, first_admitted_at) VALUES (:id, :h, :admitted_requests,"
-            " :request_limit, :token_limit, :input_tokens, :output_tokens, :max_duration_s, :first_admitted_at)"),
-            {"id": task_id, "h": token_hash(token), **row})
-        admitted = (await conn.execute(_FAST_ADMIT, {"token_hash": token_hash(token)})).first()
-        await conn.rollback()
+            " output_tokens, max_duration_s, first_admitted_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            task_id, token_hash(token), row["admitted_requests"], row["request_limit"], row["token_limit"],
+            row["input_tokens"], row["output_tokens"], row["max_duration_s"], row["first_admitted_at"])
+        admitted = await conn.fetchrow(FAST_ADMIT, token_hash(token))
     expected = limit_breach(row, datetime.now(timezone.utc)) is None
     assert (admitted is not None) == expected
 
 
-async def test_admit_is_exact_under_concurrency_in_one_process(engine):
+async def test_admit_is_exact_under_concurrency_in_one_process(pool, engine):
     token = secrets.token_hex(8)
-    async with engine.begin() as conn:
-        await conn.execute(text("INSERT INTO tasks (id, token_hash, request_limit) VALUES (:id, :h, 25)"),
-                           {"id": "race-" + token, "h": token_hash(token)})
+    await pool.execute("INSERT INTO tasks (id, token_hash, request_limit) VALUES ($1, $2, 25)",
+                       "race-" + token, token_hash(token))
     settings = Settings(database_url="postgresql+asyncpg://unused/x")
 
     async def one() -> str:
         try:
-            await admit(engine, token_hash(token), settings)
+            await admit(pool, token_hash(token), settings)
             return "admitted"
         except GatewayError as err:
             return err.code or ""

@@ -260,7 +260,10 @@ def test_ledger_shows_hashes_not_content(gateway, admin, upstream):
     step = chat_agent(gateway, token, stream=False, result=lambda i: "TOP-SECRET-RESULT")
     for _ in range(3):
         step()
-    r = admin.http.get(f"/admin/tasks/{task_id}/tool-calls")
+    deadline = time.monotonic() + 5  # the last response's call is recorded just after the client has it
+    while len((r := admin.http.get(f"/admin/tasks/{task_id}/tool-calls")).json()["data"]) < 3 \
+            and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert r.status_code == 200
     text = r.text
     assert "very-secret-path" not in text and "TOP-SECRET-RESULT" not in text

@@ -15,14 +15,12 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import bindparam, text
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.exc import IntegrityError
+import asyncpg
 
 from app.admin import schemas
 from app.admission.tokens import new_token, token_hash
 from app.db import tasks as task_rows
-from app.db.engine import durable
+from app.db.pool import durable
 from app.guard.detector import CallRecord, detect
 from app.guard.ledger import thresholds_for
 
@@ -40,22 +38,24 @@ def _require_admin(request: Request,
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(_require_admin)])
 
-_JSONB_PARAMS = ("loop_guard", "metadata", "detail")
-_INSERT = text(
+_INSERT = (
     "INSERT INTO tasks (id, token_hash, request_limit, max_duration_s, token_limit, tool_call_limit,"
     " max_stalls, stream_idle_timeout_s, stream_first_event_timeout_s, loop_guard, metadata)"
-    " VALUES (:id, :token_hash, :request_limit, :max_duration_s, :token_limit, :tool_call_limit,"
-    " :max_stalls, :stream_idle_timeout_s, :stream_first_event_timeout_s, :loop_guard, :metadata)"
-    " RETURNING *"
-).bindparams(bindparam("loop_guard", type_=JSONB), bindparam("metadata", type_=JSONB))
-_GET = text("SELECT * FROM tasks WHERE id = :id")
-_EVENTS = text("SELECT id, kind, reason, detail, created_at FROM task_events WHERE task_id = :id"
-               " AND id > :after ORDER BY id LIMIT :limit")
-_CALLS = text("SELECT call_id, seq, conversation_key, tool_name, arguments_hash, result_hash, is_error,"
-              " created_at, completed_at FROM tool_calls WHERE task_id = :id AND seq > :after"
-              " ORDER BY seq LIMIT :limit")
-_CLEAR = text("UPDATE tasks SET status = 'active', stop_reason = NULL, stop_detail = NULL,"
-              " stopped_at = NULL, updated_at = now() WHERE id = :id RETURNING *")
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING *"
+)
+_INSERT_COLUMNS = ("id", "token_hash", "request_limit", "max_duration_s", "token_limit", "tool_call_limit",
+                   "max_stalls", "stream_idle_timeout_s", "stream_first_event_timeout_s", "loop_guard",
+                   "metadata")
+_GET = "SELECT * FROM tasks WHERE id = $1"
+_LIST = ("SELECT * FROM tasks WHERE ($1::text IS NULL OR status = $1)"
+         " AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3")
+_EVENTS = ("SELECT id, kind, reason, detail, created_at FROM task_events WHERE task_id = $1"
+           " AND id > $2 ORDER BY id LIMIT $3")
+_CALLS = ("SELECT call_id, seq, conversation_key, tool_name, arguments_hash, result_hash, is_error,"
+          " created_at, completed_at FROM tool_calls WHERE task_id = $1 AND seq > $2"
+          " ORDER BY seq LIMIT $3")
+_CLEAR = ("UPDATE tasks SET status = 'active', stop_reason = NULL, stop_detail = NULL,"
+          " stopped_at = NULL, updated_at = now() WHERE id = $1 RETURNING *")
 
 #: Columns PATCH may change.
 _PATCHABLE = ("request_limit", "max_duration_s", "token_limit", "tool_call_limit", "max_stalls",
@@ -84,12 +84,12 @@ async def create_task(body: schemas.TaskCreate, request: Request) -> schemas.Tas
         values["request_limit"] = settings.default_request_limit
     values["loop_guard"] = body.loop_guard.model_dump(exclude_none=True) if body.loop_guard else {}
     try:
-        async with request.app.state.engine.begin() as conn:
+        async with request.app.state.db.acquire() as conn, conn.transaction():
             await durable(conn)
-            row = (await conn.execute(_INSERT, values)).mappings().one()
+            row = await conn.fetchrow(_INSERT, *(values[c] for c in _INSERT_COLUMNS))
             await task_rows.add_event(conn, values["id"], "created", None,
                                       {k: v for k, v in values.items() if k not in ("token_hash", "id")})
-    except IntegrityError:
+    except asyncpg.UniqueViolationError:
         raise HTTPException(409, f"A task with id '{values['id']}' already exists.") from None
     return schemas.TaskCreated(**_task(row).model_dump(), token=token)
 
@@ -98,11 +98,7 @@ async def create_task(body: schemas.TaskCreate, request: Request) -> schemas.Tas
 async def list_tasks(request: Request, status: Literal["active", "stopped"] | None = None,
                      limit: int = Query(100, ge=1, le=1000), after: str | None = None) -> schemas.TaskList:
     """Tasks ordered by id, ``limit`` per page; filter by ``status``; page with ``after``."""
-    sql = "SELECT * FROM tasks WHERE (CAST(:status AS text) IS NULL OR status = :status)" \
-          " AND (CAST(:after AS text) IS NULL OR id > :after) ORDER BY id LIMIT :limit"
-    async with request.app.state.engine.connect() as conn:
-        rows = (await conn.execute(text(sql), {"status": status, "after": after,
-                                               "limit": limit + 1})).mappings().all()
+    rows = await request.app.state.db.fetch(_LIST, status, after, limit + 1)
     page = [_task(r) for r in rows[:limit]]
     has_more = len(rows) > limit
     return schemas.TaskList(data=page, has_more=has_more,
@@ -111,8 +107,7 @@ async def list_tasks(request: Request, status: Literal["active", "stopped"] | No
 
 @router.get("/tasks/{task_id}", response_model=schemas.Task)
 async def get_task(task_id: str, request: Request) -> schemas.Task:
-    async with request.app.state.engine.connect() as conn:
-        row = (await conn.execute(_GET, {"id": task_id})).mappings().first()
+    row = await request.app.state.db.fetchrow(_GET, task_id)
     if row is None:
         raise _not_found(task_id)
     return _task(row)
@@ -129,17 +124,17 @@ async def update_task(task_id: str, body: schemas.TaskPatch, request: Request) -
         changes["loop_guard"] = body.loop_guard.model_dump(exclude_none=True) if body.loop_guard else {}
     if "metadata" in changes and changes["metadata"] is None:
         changes["metadata"] = {}
-    async with request.app.state.engine.begin() as conn:
+    async with request.app.state.db.acquire() as conn, conn.transaction():
         task = await task_rows.lock_task(conn, task_id=task_id)
         if task is None:
             raise _not_found(task_id)
         if not changes:
             return _task(task)
         await durable(conn)
-        sets = ", ".join(f"{k} = :{k}" for k in changes)
-        stmt = text(f"UPDATE tasks SET {sets}, updated_at = now() WHERE id = :id RETURNING *")
-        stmt = stmt.bindparams(*[bindparam(k, type_=JSONB) for k in changes if k in _JSONB_PARAMS])
-        row = (await conn.execute(stmt, {**changes, "id": task_id})).mappings().one()
+        columns = list(changes)  # names from _PATCHABLE only, never from the request
+        sets = ", ".join(f"{name} = ${i}" for i, name in enumerate(columns, start=2))
+        row = await conn.fetchrow(f"UPDATE tasks SET {sets}, updated_at = now() WHERE id = $1 RETURNING *",
+                                  task_id, *(changes[c] for c in columns))
         await task_rows.add_event(conn, task_id, "limits_changed", None, {
             "before": {k: task[k] for k in changes}, "after": changes})
     return _task(row)
@@ -148,13 +143,13 @@ async def update_task(task_id: str, body: schemas.TaskPatch, request: Request) -
 @router.post("/tasks/{task_id}/stop", response_model=schemas.Task)
 async def stop_task(task_id: str, body: schemas.StopRequest, request: Request) -> schemas.Task:
     """Set the stop latch by hand. Stopping a stopped task changes nothing."""
-    async with request.app.state.engine.begin() as conn:
+    async with request.app.state.db.acquire() as conn, conn.transaction():
         task = await task_rows.lock_task(conn, task_id=task_id)
         if task is None:
             raise _not_found(task_id)
         await task_rows.set_latch(conn, task_id, body.reason,
                                   {"by": "operator", "message": body.message})
-        row = (await conn.execute(_GET, {"id": task_id})).mappings().one()
+        row = await conn.fetchrow(_GET, task_id)
     return _task(row)
 
 
@@ -165,14 +160,14 @@ async def resume_task(task_id: str, body: schemas.ResumeRequest, request: Reques
     Counters are kept: a task stopped by ``request_limit`` needs a higher limit
     (``PATCH``) or it stops again at its next request.
     """
-    async with request.app.state.engine.begin() as conn:
+    async with request.app.state.db.acquire() as conn, conn.transaction():
         task = await task_rows.lock_task(conn, task_id=task_id)
         if task is None:
             raise _not_found(task_id)
         if task["status"] != "stopped":
             raise HTTPException(409, f"Task '{task_id}' is not stopped.")
         await durable(conn)
-        row = (await conn.execute(_CLEAR, {"id": task_id})).mappings().one()
+        row = await conn.fetchrow(_CLEAR, task_id)
         await task_rows.add_event(conn, task_id, "resumed", body.reason, {
             "previous_stop_reason": task["stop_reason"], "previous_stop_detail": task["stop_detail"],
             "admitted_requests": task["admitted_requests"], "request_limit": task["request_limit"]})
@@ -184,10 +179,10 @@ async def task_events(task_id: str, request: Request, after: int = 0,
                       limit: int = Query(500, ge=1, le=5000)) -> schemas.TaskEventList:
     """The task's durable history, oldest first: created, stopped, resumed,
     limits_changed, loop_warning, stream_stalled, stream_truncated, upstream_*."""
-    async with request.app.state.engine.connect() as conn:
-        if (await conn.execute(_GET, {"id": task_id})).first() is None:
+    async with request.app.state.db.acquire() as conn:
+        if await conn.fetchrow(_GET, task_id) is None:
             raise _not_found(task_id)
-        rows = (await conn.execute(_EVENTS, {"id": task_id, "after": after, "limit": limit})).mappings().all()
+        rows = await conn.fetch(_EVENTS, task_id, after, limit)
     return schemas.TaskEventList(data=[schemas.TaskEvent.model_validate(dict(r)) for r in rows])
 
 
@@ -197,18 +192,17 @@ async def task_tool_calls(task_id: str, request: Request, after: int = 0,
     """The loop guard's ledger for a task (names, hashes, flags; never raw arguments or
     results), and per conversation the detector's current verdict on its streaks."""
     settings = request.app.state.settings
-    async with request.app.state.engine.connect() as conn:
-        task = (await conn.execute(_GET, {"id": task_id})).mappings().first()
+    async with request.app.state.db.acquire() as conn:
+        task = await conn.fetchrow(_GET, task_id)
         if task is None:
             raise _not_found(task_id)
-        rows = (await conn.execute(_CALLS, {"id": task_id, "after": after,
-                                            "limit": limit + 1})).mappings().all()
+        rows = await conn.fetch(_CALLS, task_id, after, limit + 1)
     page = rows[:limit]
     by_conversation: dict[str, list[CallRecord]] = defaultdict(list)
     for r in page:
         by_conversation[r["conversation_key"]].append(
             CallRecord(r["call_id"], r["tool_name"], r["arguments_hash"], r["result_hash"], r["is_error"]))
-    thresholds = thresholds_for(task, settings)
+    thresholds = thresholds_for(dict(task), settings)
     conversations = []
     for key, history in by_conversation.items():
         v = detect(history, thresholds)
@@ -222,9 +216,9 @@ async def task_tool_calls(task_id: str, request: Request, after: int = 0,
 @router.delete("/tasks/{task_id}", status_code=204, response_class=Response)
 async def delete_task(task_id: str, request: Request) -> Response:
     """Delete a task, its history and its ledger. Its token stops working at once."""
-    async with request.app.state.engine.begin() as conn:
+    async with request.app.state.db.acquire() as conn, conn.transaction():
         await durable(conn)
-        result = await conn.execute(text("DELETE FROM tasks WHERE id = :id"), {"id": task_id})
-    if result.rowcount == 0:
+        result = await conn.execute("DELETE FROM tasks WHERE id = $1", task_id)
+    if result == "DELETE 0":
         raise _not_found(task_id)
     return Response(status_code=204)

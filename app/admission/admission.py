@@ -22,12 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+import asyncpg
 
 from app.admission.limits import counters_sentence, explain_stop, limit_breach
 from app.db import tasks as task_rows
-from app.db.engine import autocommit
 from app.errors import GatewayError, task_stopped, unauthorized, unavailable
 from app.guard.detector import Action, Verdict
 from app.guard.ledger import GuardRequest, record_request
@@ -35,27 +33,24 @@ from app.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-_FAST_ADMIT = text(
-    """
+FAST_ADMIT = """
     UPDATE tasks
        SET admitted_requests = admitted_requests + 1,
            first_admitted_at = COALESCE(first_admitted_at, now()),
            updated_at = now()
-     WHERE token_hash = :token_hash
+     WHERE token_hash = $1
        AND status = 'active'
        AND admitted_requests < request_limit
        AND (token_limit IS NULL OR input_tokens + output_tokens < token_limit)
        AND (max_duration_s IS NULL OR first_admitted_at IS NULL
             OR now() < first_admitted_at + max_duration_s * interval '1 second')
     RETURNING *
-    """
-)
-_COUNT = text(
+"""
+_COUNT = (
     "UPDATE tasks SET admitted_requests = admitted_requests + 1,"
     " first_admitted_at = COALESCE(first_admitted_at, now()), updated_at = now()"
-    " WHERE id = :task_id RETURNING *"
+    " WHERE id = $1 RETURNING *"
 )
-_LOOKUP = text("SELECT * FROM tasks WHERE token_hash = :token_hash")
 
 
 @dataclass(slots=True)
@@ -67,7 +62,7 @@ class Admitted:
     verdict: Verdict | None = None
 
 
-async def admit(engine: AsyncEngine, token_hash: str, settings: Settings,
+async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
                 guard: GuardRequest | None = None) -> Admitted:
     """Reserve one request for the task whose token hashes to ``token_hash``.
 
@@ -77,12 +72,12 @@ async def admit(engine: AsyncEngine, token_hash: str, settings: Settings,
     cannot be reached or the transaction fails.
     """
     try:
-        if guard is None:
-            async with autocommit(engine).connect() as conn:  # one statement, one round trip
-                row = (await conn.execute(_FAST_ADMIT, {"token_hash": token_hash})).mappings().first()
-            if row is not None:
-                return Admitted(dict(row))
-        return await _admit_locked(engine, token_hash, settings, guard)
+        async with pool.acquire() as conn:
+            if guard is None:
+                row = await conn.fetchrow(FAST_ADMIT, token_hash)  # its own transaction
+                if row is not None:
+                    return Admitted(dict(row))
+            return await _admit_locked(conn, token_hash, settings, guard)
     except GatewayError:
         raise
     except Exception:  # noqa: BLE001 - fail closed on anything the database does
@@ -90,10 +85,10 @@ async def admit(engine: AsyncEngine, token_hash: str, settings: Settings,
         raise unavailable() from None
 
 
-async def _admit_locked(engine: AsyncEngine, token_hash: str, settings: Settings,
+async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Settings,
                         guard: GuardRequest | None) -> Admitted:
     refusal: GatewayError | None = None
-    async with engine.begin() as conn:
+    async with conn.transaction():
         task = await task_rows.lock_task(conn, token_hash=token_hash)
         if task is None:
             raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
@@ -115,22 +110,21 @@ async def _admit_locked(engine: AsyncEngine, token_hash: str, settings: Settings
                 refusal = task_stopped(task["id"], reason, counters_sentence(task),
                                        explain_stop(reason, detail))
         if refusal is None:
-            row = (await conn.execute(_COUNT, {"task_id": task["id"]})).mappings().first()
-            return Admitted(dict(row), verdict)
+            return Admitted(dict(await conn.fetchrow(_COUNT, task["id"])), verdict)
     # the latch is committed; only now refuse
     logger.info("refused a request of task %s: %s", task["id"], refusal.code)
     raise refusal
 
 
-async def authenticate(engine: AsyncEngine, token_hash: str) -> dict[str, Any]:
+async def authenticate(pool: asyncpg.Pool, token_hash: str) -> dict[str, Any]:
     """Look up a task by token without consuming allowance (GETs, token counting).
 
     Raises 401 for an unknown token and 503 when the database is unavailable. A
     stopped task still authenticates: GETs are free and harmless.
     """
     try:
-        async with engine.connect() as conn:
-            row = (await conn.execute(_LOOKUP, {"token_hash": token_hash})).mappings().first()
+        async with pool.acquire() as conn:
+            row = await conn.fetchrow("SELECT * FROM tasks WHERE token_hash = $1", token_hash)
     except Exception:  # noqa: BLE001
         logger.exception("task lookup failed; refusing the request (fail closed)")
         raise unavailable() from None

@@ -22,11 +22,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+import asyncpg
 
 from app.db import tasks as task_rows
-from app.db.engine import autocommit
 from app.guard.detector import Action, CallRecord, Thresholds, Verdict, detect, window_size
 from app.guard.fingerprint import (
     DEFAULT_ERROR_PATTERNS,
@@ -44,27 +42,30 @@ logger = logging.getLogger(__name__)
 LOOP_GUARD_KEYS = ("identical_streak", "cycle_repeats", "failure_streak",
                    "per_tool_thresholds", "loop_warning", "loop_warning_after")
 
-_INSERT_CALL = text(
+# One statement per batch (arrays unnested server-side): a request's calls and results
+# cost one round trip each, however many there are.
+_INSERT_CALLS = (
     "INSERT INTO tool_calls (task_id, call_id, conversation_key, tool_name, arguments_hash)"
-    " VALUES (:task_id, :call_id, :conversation_key, :tool_name, :arguments_hash)"
-    " ON CONFLICT (task_id, call_id) DO NOTHING"
+    " SELECT $1, c.call_id, $2, c.tool_name, c.arguments_hash"
+    " FROM unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY"
+    "   AS c(call_id, tool_name, arguments_hash, n) ORDER BY c.n"
+    " ON CONFLICT (task_id, call_id) DO NOTHING RETURNING call_id"
 )
-_COMPLETE_CALL = text(
-    "UPDATE tool_calls SET result_hash = :result_hash, is_error = :is_error, completed_at = now()"
-    " WHERE task_id = :task_id AND call_id = :call_id AND result_hash IS NULL"
+_COMPLETE_CALLS = (
+    "UPDATE tool_calls t SET result_hash = r.result_hash, is_error = r.is_error, completed_at = now()"
+    " FROM unnest($2::text[], $3::text[], $4::bool[]) AS r(call_id, result_hash, is_error)"
+    " WHERE t.task_id = $1 AND t.call_id = r.call_id AND t.result_hash IS NULL RETURNING t.call_id"
 )
-_HISTORY = text(
+_HISTORY = (
     "SELECT call_id, tool_name, arguments_hash, result_hash, is_error FROM tool_calls"
-    " WHERE task_id = :task_id AND conversation_key = :conversation_key"
-    " ORDER BY seq DESC LIMIT :window"
+    " WHERE task_id = $1 AND conversation_key = $2 ORDER BY seq DESC LIMIT $3"
 )
-_COUNT_CALLS = text(
-    "UPDATE tasks SET tool_calls = tool_calls + :n, updated_at = now()"
-    " WHERE id = :task_id RETURNING tool_calls"
+_COUNT_CALLS = (
+    "UPDATE tasks SET tool_calls = tool_calls + $2, updated_at = now() WHERE id = $1 RETURNING tool_calls"
 )
-_ADD_USAGE = text(
-    "UPDATE tasks SET input_tokens = input_tokens + :input_tokens,"
-    " output_tokens = output_tokens + :output_tokens, updated_at = now() WHERE id = :task_id"
+_ADD_USAGE = (
+    "UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,"
+    " updated_at = now() WHERE id = $1"
 )
 
 
@@ -114,26 +115,23 @@ def _describe(verdict: Verdict, thresholds: Thresholds, conversation_key: str) -
     return Verdict(verdict.action, verdict.reason, verdict.count, detail)
 
 
-async def _insert_calls(conn: AsyncConnection, task_id: str, conversation_key: str,
+async def _insert_calls(conn: asyncpg.Connection, task_id: str, conversation_key: str,
                         calls: Sequence[ToolCall]) -> int:
-    """Insert calls as pending; returns how many were new."""
-    new = 0
-    for call in calls:
-        result = await conn.execute(_INSERT_CALL, {
-            "task_id": task_id, "call_id": call.call_id, "conversation_key": conversation_key,
-            "tool_name": call.name, "arguments_hash": arguments_hash(call.arguments)})
-        new += result.rowcount
-    return new
+    """Insert calls as pending (duplicates ignored); returns how many were new."""
+    if not calls:
+        return 0
+    rows = await conn.fetch(_INSERT_CALLS, task_id, conversation_key, [c.call_id for c in calls],
+                            [c.name for c in calls], [arguments_hash(c.arguments) for c in calls])
+    return len(rows)
 
 
-async def _history(conn: AsyncConnection, task_id: str, conversation_key: str,
+async def _history(conn: asyncpg.Connection, task_id: str, conversation_key: str,
                    thresholds: Thresholds) -> list[CallRecord]:
-    rows = (await conn.execute(_HISTORY, {"task_id": task_id, "conversation_key": conversation_key,
-                                          "window": window_size(thresholds)})).all()
+    rows = await conn.fetch(_HISTORY, task_id, conversation_key, window_size(thresholds))
     return [CallRecord(*row) for row in reversed(rows)]
 
 
-async def record_request(conn: AsyncConnection, task: Mapping[str, Any], guard: GuardRequest,
+async def record_request(conn: asyncpg.Connection, task: Mapping[str, Any], guard: GuardRequest,
                          settings: Settings) -> Verdict:
     """Add a request's new tool results to the ledger and judge the conversation.
 
@@ -146,25 +144,23 @@ async def record_request(conn: AsyncConnection, task: Mapping[str, Any], guard: 
     thresholds = thresholds_for(task, settings)
     new_calls = await _insert_calls(conn, task_id, guard.conversation_key, guard.tool_calls)
     if new_calls:
-        await conn.execute(_COUNT_CALLS, {"n": new_calls, "task_id": task_id})
+        await conn.execute(_COUNT_CALLS, task_id, new_calls)
     patterns = _patterns(settings.error_patterns)
-    completed = 0
-    for res in guard.tool_results:
-        result = await conn.execute(_COMPLETE_CALL, {
-            "task_id": task_id, "call_id": res.call_id, "result_hash": result_hash(res.output),
-            "is_error": is_failure(res, patterns)})
-        completed += result.rowcount
+    results = guard.tool_results
+    completed = await conn.fetch(_COMPLETE_CALLS, task_id, [r.call_id for r in results],
+                                 [result_hash(r.output) for r in results],
+                                 [is_failure(r, patterns) for r in results]) if results else []
     if not completed and not new_calls:
         return Verdict(Action.OK)
     history = await _history(conn, task_id, guard.conversation_key, thresholds)
-    verdict = detect(history, thresholds, task_tool_calls=task["tool_calls"] + new_calls)
+    verdict = _describe(detect(history, thresholds, task_tool_calls=task["tool_calls"] + new_calls),
+                        thresholds, guard.conversation_key)
     if verdict.action is Action.WARN:
-        await task_rows.add_event(conn, task_id, "loop_warning", verdict.reason,
-                                  _describe(verdict, thresholds, guard.conversation_key).detail)
-    return _describe(verdict, thresholds, guard.conversation_key)
+        await task_rows.add_event(conn, task_id, "loop_warning", verdict.reason, dict(verdict.detail))
+    return verdict
 
 
-async def record_response(engine: AsyncEngine, task_id: str, conversation_key: str,
+async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: str,
                           summary: ResponseSummary, settings: Settings) -> Verdict | None:
     """Record a finished response: usage into the task's token counters, tool calls
     into the ledger as pending; trip the latch when the tool-call ceiling is passed.
@@ -173,27 +169,25 @@ async def record_response(engine: AsyncEngine, task_id: str, conversation_key: s
     Database errors propagate (the caller logs them; the response was already sent).
     """
     usage = summary.usage
-    if not summary.tool_calls:
-        if usage is not None and usage.total_tokens:
-            async with autocommit(engine).connect() as conn:
-                await conn.execute(_ADD_USAGE, {"task_id": task_id, "input_tokens": usage.input_tokens,
-                                                "output_tokens": usage.output_tokens})
-        return None
-    async with engine.begin() as conn:
-        task = await task_rows.lock_task(conn, task_id=task_id)
-        if task is None:
+    async with pool.acquire() as conn:
+        if not summary.tool_calls:
+            if usage is not None and usage.total_tokens:
+                await conn.execute(_ADD_USAGE, task_id, usage.input_tokens, usage.output_tokens)
             return None
-        if usage is not None and usage.total_tokens:
-            await conn.execute(_ADD_USAGE, {"task_id": task_id, "input_tokens": usage.input_tokens,
-                                            "output_tokens": usage.output_tokens})
-        new_calls = await _insert_calls(conn, task_id, conversation_key, summary.tool_calls)
-        if not new_calls:
-            return Verdict(Action.OK)
-        total = (await conn.execute(_COUNT_CALLS, {"n": new_calls, "task_id": task_id})).scalar_one()
-        thresholds = thresholds_for(task, settings)
-        history = await _history(conn, task_id, conversation_key, thresholds)
-        verdict = _describe(detect(history, thresholds, task_tool_calls=total), thresholds,
-                            conversation_key)
-        if verdict.action is Action.STOP and task["status"] == "active":
-            await task_rows.set_latch(conn, task_id, verdict.reason, dict(verdict.detail))
-        return verdict
+        async with conn.transaction():
+            task = await task_rows.lock_task(conn, task_id=task_id)
+            if task is None:
+                return None
+            if usage is not None and usage.total_tokens:
+                await conn.execute(_ADD_USAGE, task_id, usage.input_tokens, usage.output_tokens)
+            new_calls = await _insert_calls(conn, task_id, conversation_key, summary.tool_calls)
+            if not new_calls:
+                return Verdict(Action.OK)
+            total = await conn.fetchval(_COUNT_CALLS, task_id, new_calls)
+            thresholds = thresholds_for(task, settings)
+            history = await _history(conn, task_id, conversation_key, thresholds)
+            verdict = _describe(detect(history, thresholds, task_tool_calls=total), thresholds,
+                                conversation_key)
+            if verdict.action is Action.STOP and task["status"] == "active":
+                await task_rows.set_latch(conn, task_id, verdict.reason, dict(verdict.detail))
+            return verdict

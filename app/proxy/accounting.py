@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
+import asyncpg
 
 from app.db import tasks as task_rows
 from app.guard.ledger import record_response
@@ -24,9 +23,8 @@ _EVENT_KINDS = {
     "upstream_unreachable": "upstream_unreachable",
     "upstream_timeout": "upstream_timeout",
 }
-_COUNT_STALL = text(
-    "UPDATE tasks SET stalls = stalls + 1, updated_at = now() WHERE id = :task_id"
-    " RETURNING stalls, max_stalls"
+_COUNT_STALL = (
+    "UPDATE tasks SET stalls = stalls + 1, updated_at = now() WHERE id = $1 RETURNING stalls, max_stalls"
 )
 
 
@@ -34,7 +32,7 @@ _COUNT_STALL = text(
 class Accounting:
     """The ``on_finish`` callback of one relayed request."""
 
-    engine: AsyncEngine
+    pool: asyncpg.Pool
     settings: Settings
     task_id: str
     conversation_key: str
@@ -45,18 +43,18 @@ class Accounting:
         if not self.guard_enabled:
             summary.tool_calls = []
         if summary.tool_calls or summary.usage is not None:
-            await record_response(self.engine, self.task_id, self.conversation_key, summary,
+            await record_response(self.pool, self.task_id, self.conversation_key, summary,
                                   self.settings)
         kind = _EVENT_KINDS.get(outcome.kind)
         if kind is None:
             return
-        async with self.engine.begin() as conn:
+        async with self.pool.acquire() as conn, conn.transaction():
             await task_rows.lock_task(conn, task_id=self.task_id)
             await task_rows.add_event(conn, self.task_id, kind, outcome.detail.get("code"),
                                       outcome.detail)
             if outcome.kind != "stalled":
                 return
-            stalls, max_stalls = (await conn.execute(_COUNT_STALL, {"task_id": self.task_id})).one()
+            stalls, max_stalls = await conn.fetchrow(_COUNT_STALL, self.task_id)
             if max_stalls and stalls >= max_stalls:
                 await task_rows.set_latch(conn, self.task_id, "repeated_stalls",
                                           {"stalls": stalls, "max_stalls": max_stalls,

@@ -119,11 +119,11 @@ async def proxy_post(request: Request) -> Any:
     if not isinstance(payload, dict):
         raise GatewayError(400, "invalid_request_error", "invalid_json",
                            "Request body must be a JSON object. Nothing was forwarded or counted.")
-    engine = state.engine
+    pool = state.db
     anthropic = is_anthropic(path)
     stream_requested = payload.get("stream") is True
     if path in FREE_POST_PATHS:
-        task = await authenticate(engine, token_hash(token))
+        task = await authenticate(pool, token_hash(token))
         conv_key = ""
         model = payload.get("model") if isinstance(payload.get("model"), str) else None
     else:
@@ -134,7 +134,7 @@ async def proxy_post(request: Request) -> Any:
         guard = None
         if settings.loop_guard_enabled and view.tool_results:
             guard = GuardRequest(conv_key, view.tool_calls, view.tool_results)
-        admitted = await admit(engine, token_hash(token), settings, guard)
+        admitted = await admit(pool, token_hash(token), settings, guard)
         task = admitted.task
         verdict = admitted.verdict
         if verdict is not None and verdict.action is Action.WARN:
@@ -149,7 +149,7 @@ async def proxy_post(request: Request) -> Any:
         stream_requested=stream_requested,
         watchdog=_watchdog(task, settings),
         total_timeout_s=settings.upstream_timeout_s,
-        on_finish=Accounting(engine, settings, task["id"], conv_key,
+        on_finish=Accounting(pool, settings, task["id"], conv_key,
                              settings.loop_guard_enabled and path in INFERENCE_PATHS),
         endpoint=path, model=model,
     )
@@ -162,7 +162,7 @@ async def proxy_get(request: Request) -> Any:
     settings = state.settings
     path = request.url.path
     headers = _headers(request)
-    task = await authenticate(state.engine, token_hash(_token(headers)))
+    task = await authenticate(state.db, token_hash(_token(headers)))
     anthropic = is_anthropic(path, headers)
     upstream_request = state.client.build_request(
         "GET", upstream_url(settings, path, request.url.query, anthropic),
