@@ -25,7 +25,7 @@ from app.db import embedded, migrate
 from app.db.pool import create_pool
 from app.errors import GatewayError, unavailable
 from app.proxy.routes import error_response
-from app.proxy.routes import router as proxy_router
+from app.proxy.routes import routes as proxy_routes
 from app.proxy.upstream import create_client
 from app.settings import Settings, get_settings
 
@@ -82,7 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.include_router(admin_router)
-    app.include_router(proxy_router)
+    app.router.routes.extend(proxy_routes)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:

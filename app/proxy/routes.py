@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import APIRouter, Request
+from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from app.admission.admission import admit, authenticate
 from app.admission.tokens import token_hash
@@ -30,7 +31,6 @@ from app.proxy.upstream import is_anthropic, request_headers, upstream_url
 from app.wire import CHAT_COMPLETIONS, UnknownWirePath, format_for_path
 from app.wire.base import WireFormat
 
-router = APIRouter(include_in_schema=False)
 
 #: POST paths that run inference and so consume allowance.
 INFERENCE_PATHS = frozenset({
@@ -99,8 +99,7 @@ def _session_header(headers: dict[str, str], names: tuple[str, ...]) -> str | No
     return None
 
 
-@router.post("/v1/{rest:path}")
-async def proxy_post(request: Request) -> Any:
+async def proxy_post(request: Request) -> Response:
     state = request.app.state
     settings = state.settings
     path = request.url.path
@@ -155,8 +154,7 @@ async def proxy_post(request: Request) -> Any:
     )
 
 
-@router.get("/v1/{rest:path}")
-async def proxy_get(request: Request) -> Any:
+async def proxy_get(request: Request) -> Response:
     """GETs (``/v1/models`` and friends) are free: authenticated, never counted."""
     state = request.app.state
     settings = state.settings
@@ -173,6 +171,14 @@ async def proxy_get(request: Request) -> Any:
         total_timeout_s=settings.upstream_timeout_s,
         on_finish=_nothing, endpoint=path, model=None,
     )
+
+
+#: The proxy's routes: plain Starlette routes (no FastAPI parameter machinery on the
+#: hot path), outside the OpenAPI docs.
+routes = [
+    Route("/v1/{rest:path}", proxy_post, methods=["POST"], include_in_schema=False),
+    Route("/v1/{rest:path}", proxy_get, methods=["GET"], include_in_schema=False),
+]
 
 
 async def _nothing(outcome: Any) -> None:
