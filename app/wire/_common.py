@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from app.wire.base import RequestView
+
 _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 
 
@@ -14,6 +16,17 @@ def loads(data: str | bytes) -> Any:
         return json.loads(data)
     except (ValueError, TypeError, RecursionError):
         return None
+
+
+def request_view(body: Any) -> RequestView:
+    """A :class:`RequestView` with ``model`` and ``stream`` read from ``body`` (the
+    fields every format shares); empty when ``body`` is not an object."""
+    view = RequestView()
+    if isinstance(body, dict):
+        model = body.get("model")
+        view.model = model if isinstance(model, str) else None
+        view.stream = body.get("stream") is True
+    return view
 
 
 def canonical_json(value: Any) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.wire._common import as_int, as_str, flatten_output, join_seed, loads, sse_event
+from app.wire._common import as_int, as_str, flatten_output, join_seed, loads, request_view, sse_event
 from app.wire.base import EventKind, RequestView, ResponseSummary, ToolCall, ToolResult, Usage
 
 _INPUT_FIELDS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
@@ -189,12 +189,9 @@ class AnthropicMessagesFormat:
         messages after the last assistant message, and that message's ``tool_use``
         blocks. ``ToolResult.is_error`` is the block's ``is_error`` when it is a
         boolean, ``None`` when absent."""
-        view = RequestView()
+        view = request_view(body)
         if not isinstance(body, dict):
             return view
-        model = body.get("model")
-        view.model = model if isinstance(model, str) else None
-        view.stream = body.get("stream") is True
         messages = body.get("messages")
         system = flatten_output(body.get("system"))
         if not isinstance(messages, list):

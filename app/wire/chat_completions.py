@@ -29,6 +29,7 @@ from app.wire._common import (
     join_seed,
     loads,
     openai_error_body,
+    request_view,
     sse_event,
 )
 from app.wire.base import EventKind, RequestView, ResponseSummary, ToolCall, ToolResult, Usage
@@ -210,12 +211,9 @@ class ChatCompletionsFormat:
         message; legacy ``prompt`` when there are no messages) and the trailing
         segment: ``role: "tool"`` results after the last assistant message and that
         message's ``tool_calls``."""
-        view = RequestView()
+        view = request_view(body)
         if not isinstance(body, dict):
             return view
-        model = body.get("model")
-        view.model = model if isinstance(model, str) else None
-        view.stream = body.get("stream") is True
         messages = body.get("messages")
         if not isinstance(messages, list):
             view.conversation_seed = _prompt_seed(body.get("prompt"))

@@ -31,6 +31,7 @@ from app.wire._common import (
     join_seed,
     loads,
     openai_error_body,
+    request_view,
     sse_event,
 )
 from app.wire.base import EventKind, RequestView, ResponseSummary, ToolCall, ToolResult, Usage
@@ -282,12 +283,9 @@ class ResponsesFormat:
         ``custom_tool_call`` items are collected, skipping reasoning and assistant
         messages, until anything else (an older output, a user message).
         """
-        view = RequestView()
+        view = request_view(body)
         if not isinstance(body, dict):
             return view
-        model = body.get("model")
-        view.model = model if isinstance(model, str) else None
-        view.stream = body.get("stream") is True
         items = body.get("input")
         instructions = as_str(body.get("instructions"))
         if isinstance(items, str):
