@@ -17,6 +17,7 @@ from typing import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.responses import Response
 import asyncpg
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -119,13 +120,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(asyncpg.PostgresError)
     @app.exception_handler(asyncpg.InterfaceError)
     @app.exception_handler(TimeoutError)
-    async def _database_error(request: Request, exc: Exception):  # type: ignore[no-untyped-def]
-        logger.error("database error on %s %s: %s", request.method, request.url.path, type(exc).__name__)
-        return _gateway_or_admin(request, unavailable())
-
     @app.exception_handler(OSError)
-    async def _os_error(request: Request, exc: OSError):  # type: ignore[no-untyped-def]
-        logger.error("database connection error on %s %s: %s", request.method, request.url.path, exc)
+    async def _database_error(request: Request, exc: Exception):  # type: ignore[no-untyped-def]
+        """The database failed under an admin call or outside admission: 503, no traceback."""
+        logger.error("database error on %s %s: %r", request.method, request.url.path, exc)
         return _gateway_or_admin(request, unavailable())
 
     @app.exception_handler(Exception)
@@ -142,7 +140,7 @@ def jsonable_errors(exc: RequestValidationError) -> list[dict]:
     return [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
 
 
-def _gateway_or_admin(request: Request, err: GatewayError) -> JSONResponse:
+def _gateway_or_admin(request: Request, err: GatewayError) -> Response:
     if request.url.path.startswith("/v1/"):
         return error_response(request.url.path, err)
     return JSONResponse({"detail": err.message}, status_code=err.status)
