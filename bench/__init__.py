@@ -1,0 +1,1 @@
+"""taskgate's benchmark suite: ``python -m bench`` (see ``bench/README.md``)."""

@@ -1,0 +1,170 @@
+"""Where the gateway's CPU goes: sample it with py-spy under a benchmark load.
+
+``python -m bench.profile [--scenario nonstream|stream|tool_turn] [-c N] [--seconds S]``
+starts the fixed upstream, an embedded PostgreSQL and one gateway (as the suite
+does), runs the load, records the gateway with ``py-spy record`` and prints:
+
+- gateway CPU per request (psutil) and requests per second in the window;
+- the share of the gateway's busy samples per category (admission, accounting,
+  upstream call, stream relay parts, request parsing, ASGI stack, event loop) and
+  that share converted to µs of CPU per request (or per relayed chunk);
+- the hottest functions by own time.
+
+The collapsed stacks are written to ``bench/results/profile-SCENARIO.txt`` (feed
+them to any flame-graph tool). py-spy is not a project dependency: it is looked for
+on ``PATH``, in ``bench/.venv-litellm/bin`` or given with ``--py-spy``
+(``pip install py-spy``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from bench.driver import run_load
+from bench.metrics import PgBackends
+from bench.paths import Path as BenchPath
+from bench.services import create_tasks, embedded_database, start_gateway, start_upstream
+from bench.upstream import model_name
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+#: (label, substrings that must all appear in a sample's stack); first match wins,
+#: so the specific rules come first. Frames look like ``func (path/file.py:line)``.
+RULES: list[tuple[str, list[str]]] = [
+    ("stream relay: SSE decoding (app/wire/sse.py SSEDecoder.feed)", ["_relay_stream", "(app/wire/sse.py"]),
+    ("stream relay: wire observer (app/wire/* Observer.feed)", ["_relay_stream", "(app/wire/"]),
+    ("stream relay: reading upstream chunks (httpx/httpcore aiter_raw)", ["_relay_stream", "(httpcore/"]),
+    ("stream relay: reading upstream chunks (httpx/httpcore aiter_raw)", ["_relay_stream", "(httpx/"]),
+    ("stream relay: writing to the client (uvicorn send)", ["_relay_stream", "(uvicorn/"]),
+    ("stream relay: loop body (app/proxy/relay.py _relay_stream)", ["_relay_stream"]),
+    ("admission admit(): asyncpg driver + socket", ["admit (app/admission/admission.py", "(asyncpg/"]),
+    ("admission admit(): pool, SQLAlchemy (if used), rest", ["admit (app/admission/admission.py"]),
+    ("admission locked path: loop-guard ledger (app/guard)", ["_admit_locked", "(app/guard/"]),
+    ("accounting after the response: asyncpg", ["(app/proxy/accounting.py", "(asyncpg/"]),
+    ("accounting after the response: pool, SQLAlchemy (if used), ledger", ["(app/proxy/accounting.py"]),
+    ("upstream request: httpcore/h11 + anyio socket", ["_exchange (app/proxy/relay.py", "AsyncClient.send", "(httpcore/"]),
+    ("upstream request: httpx client (build, auth, redirects)", ["_exchange (app/proxy/relay.py", "AsyncClient.send"]),
+    ("upstream response body read (httpx aread)", ["_relay_body"]),
+    ("response start to client (headers filter + uvicorn send)", ["RelayResponse._start"]),
+    ("request JSON decode (json.loads in proxy_post)", ["proxy_post (app/proxy/routes.py", "(json/"]),
+    ("wire parse_request + conversation key", ["proxy_post (app/proxy/routes.py", "(app/wire/"]),
+    ("wire parse_request + conversation key", ["proxy_post (app/proxy/routes.py", "(app/guard/fingerprint.py"]),
+    ("upstream request build (httpx build_request + header filter)", ["proxy_post (app/proxy/routes.py", "(httpx/"]),
+    ("route handler: rest of proxy_post", ["proxy_post (app/proxy/routes.py"]),
+    ("relay scaffolding (RelayResponse.__call__, tasks, disconnect watch)", ["(app/proxy/relay.py"]),
+    ("ASGI server + framework (uvicorn httptools, starlette, fastapi routing)", ["run_asgi"]),
+    ("ASGI server: HTTP parsing/transport (uvicorn protocol callbacks)", ["(uvicorn/protocols"]),
+    ("event loop, GC and other", []),
+]
+
+
+def classify(frames: list[str]) -> str:
+    for label, needles in RULES:
+        if all(any(n in f for f in frames) for n in needles):
+            return label
+    return RULES[-1][0]
+
+
+def find_py_spy(explicit: str | None) -> str | None:
+    for candidate in (explicit, shutil.which("py-spy"),
+                      str(Path(__file__).resolve().parent / ".venv-litellm" / "bin" / "py-spy")):
+        if candidate and Path(candidate).exists():
+            return candidate
+    return None
+
+
+def analyse(raw: Path, pid_main_marker: str = "Runner.run") -> tuple[Counter, Counter, int]:
+    """Busy samples of the event-loop thread by category and by leaf function."""
+    cats: Counter = Counter()
+    leaves: Counter = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        frames = stack.split(";")
+        if not any(pid_main_marker in f for f in frames):
+            continue  # worker threads (thread pool, anyio) are not the request path
+        total += int(n)
+        cats[classify(frames)] += int(n)
+        leaves[frames[-1]] += int(n)
+    return cats, leaves, total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", choices=("nonstream", "stream", "tool_turn"), default="nonstream")
+    parser.add_argument("-c", "--concurrency", type=int, default=1)
+    parser.add_argument("--seconds", type=float, default=10.0, help="sampling time (s)")
+    parser.add_argument("--chunks", type=int, default=500, help="stream scenario: chunks per stream")
+    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument("--py-spy", dest="py_spy")
+    args = parser.parse_args(argv)
+    py_spy = find_py_spy(args.py_spy)
+    if py_spy is None:
+        print("py-spy not found: pip install py-spy (or pass --py-spy PATH)", file=sys.stderr)
+        return 2
+
+    if args.scenario == "stream":
+        body = {"kind": "chat", "model": model_name(args.chunks, 16, delay_ms=1), "stream": True}
+    elif args.scenario == "tool_turn":
+        body = {"kind": "tool_turn", "model": model_name(), "prefix": f"prof{int(time.time())}"}
+    else:
+        body = {"kind": "chat", "model": model_name(), "stream": False}
+
+    tmp = Path(tempfile.mkdtemp(prefix="taskgate-profile-"))
+    upstream = start_upstream(tmp)
+    try:
+        with embedded_database(tmp / "pg") as url:
+            gw = start_gateway("gateway", url, upstream, tmp)
+            try:
+                tokens = create_tasks(gw, 101)
+                path = BenchPath("taskgate_embedded", port=gw.port, hot_token=tokens[0], spread_tokens=tokens[1:],
+                                 proxy=gw, upstream=upstream, pg=PgBackends(url), database_url=url)
+                spec = path.spec(body=body, concurrency=args.concurrency, warmup_s=1.0,
+                                 duration_s=args.seconds + 1.0, max_requests=50_000)
+                out: dict = {}
+                load = threading.Thread(target=lambda: out.update(run_load(spec, path.watch())))
+                load.start()
+                time.sleep(1.5)
+                raw = RESULTS / f"profile-{args.scenario}.txt"
+                RESULTS.mkdir(parents=True, exist_ok=True)
+                subprocess.run([py_spy, "record", "--pid", str(gw.pid), "--duration", str(int(args.seconds)),
+                                "--rate", str(args.rate), "--format", "raw", "-o", str(raw)],
+                               capture_output=True, timeout=args.seconds + 60)
+                load.join(args.seconds + 120)
+            finally:
+                gw.stop()
+    finally:
+        upstream.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    cats, leaves, total = analyse(raw)
+    done = out.get("completed") or 0
+    proxy_cpu = (out.get("cpu_s") or {}).get("proxy", 0.0)
+    per_req_us = proxy_cpu / done * 1e6 if done else float("nan")
+    events = out.get("events") or 0
+    print(f"scenario {args.scenario}, c={args.concurrency}: {out.get('rps', 0):.0f} req/s, "
+          f"gateway CPU {per_req_us:,.0f} µs per request"
+          + (f", {proxy_cpu / events * 1e6:,.1f} µs per relayed chunk" if args.scenario == "stream" and events else "")
+          + f", p50 {((out.get('latency_ms') or {}).get('p50') or float('nan')):.2f} ms")
+    print(f"py-spy: {total} busy samples of the event-loop thread ({raw})\n")
+    print("| share | µs/request | category |\n|---:|---:|---|")
+    for label, n in cats.most_common():
+        print(f"| {100 * n / total:5.1f}% | {per_req_us * n / total:8,.0f} | {label} |")
+    print("\nhottest functions (own time):")
+    for frame, n in leaves.most_common(15):
+        print(f"  {100 * n / total:5.1f}%  {frame}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
