@@ -46,5 +46,5 @@ def test_dockerfile_is_non_root_and_checks_readiness():
     assert "/readyz" in text and "HEALTHCHECK" in text
     port = _compose()["services"]["gateway"]["environment"]["TASKGATE_PORT"]
     assert f"EXPOSE {port}" in text and f"TASKGATE_PORT={port}" in text
-    for path in ("app", "migrations", "pyproject.toml"):
-        assert f"COPY {path}" in text or f"COPY pyproject.toml" in text
+    for path in ("app ./app", "migrations ./migrations", "pyproject.toml"):
+        assert f"COPY {path}" in text

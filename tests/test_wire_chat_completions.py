@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Sequence
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 from app.wire import CHAT_COMPLETIONS, UnknownWirePath, format_for_path
 from app.wire.base import EventKind, ResponseSummary, ToolCall, Usage
 from app.wire.sse import SSEDecoder
+from tests.wire_support import canon, replay
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wire"
 STREAM_TOOLS = (FIXTURES / "chat_stream_tools.sse").read_bytes()
@@ -29,25 +29,10 @@ C, D, H, T = EventKind.CONTENT, EventKind.DATA, EventKind.HEARTBEAT, EventKind.T
 
 
 def _replay(raw: bytes, cuts: Sequence[int] = ()) -> tuple[list[EventKind], ResponseSummary]:
-    points = sorted({0, len(raw), *(c for c in cuts if 0 <= c <= len(raw))})
-    decoder, observer = SSEDecoder(), CHAT_COMPLETIONS.stream_observer()
-    kinds = []
-    for a, b in pairwise(points):
-        kinds += [observer.feed(event, data) for event, data in decoder.feed(raw[a:b])]
-    kinds += [observer.feed(event, data) for event, data in decoder.flush()]
-    return kinds, observer.summary()
+    return replay(CHAT_COMPLETIONS, raw, cuts)
 
 
-def _canon(calls: list[ToolCall]) -> list[tuple[str, str, Any]]:
-    def args(value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return json.loads(value)
-            except ValueError:
-                return value
-        return value
-
-    return [(c.call_id, c.name, args(c.arguments)) for c in calls]
+_canon = canon
 
 
 def _feed_one(data: str, event: str = "") -> EventKind:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Sequence
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 from app.wire import RESPONSES, format_for_path
 from app.wire.base import EventKind, ResponseSummary, ToolCall, ToolResult, Usage
 from app.wire.sse import SSEDecoder
+from tests.wire_support import canon, replay
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wire"
 STREAM_TOOLS = (FIXTURES / "responses_stream_tools.sse").read_bytes()
@@ -40,25 +40,10 @@ def _events(raw: bytes) -> list[tuple[str, str]]:
 
 
 def _replay(raw: bytes, cuts: Sequence[int] = ()) -> tuple[list[EventKind], ResponseSummary]:
-    points = sorted({0, len(raw), *(c for c in cuts if 0 <= c <= len(raw))})
-    decoder, observer = SSEDecoder(), RESPONSES.stream_observer()
-    kinds = []
-    for a, b in pairwise(points):
-        kinds += [observer.feed(event, data) for event, data in decoder.feed(raw[a:b])]
-    kinds += [observer.feed(event, data) for event, data in decoder.flush()]
-    return kinds, observer.summary()
+    return replay(RESPONSES, raw, cuts)
 
 
-def _canon(calls: list[ToolCall]) -> list[tuple[str, str, Any]]:
-    def args(value: Any) -> Any:
-        if isinstance(value, str):
-            try:
-                return json.loads(value)
-            except ValueError:
-                return value
-        return value
-
-    return [(c.call_id, c.name, args(c.arguments)) for c in calls]
+_canon = canon
 
 
 # --- streamed tool calls -------------------------------------------------------------
