@@ -269,3 +269,16 @@ def test_duration_and_token_limits(gateway, admin, upstream):
         chat(client)
     assert exc.value.body["code"] == "token_limit"
     assert admin.task(task_id)["stop_detail"]["token_limit"] == 1
+
+
+def test_unknown_paths_and_methods_answer_in_the_openai_shape(gateway, admin, upstream):
+    task_id, token = admin.create_task()
+    h = {"authorization": f"Bearer {token}"}
+    r = httpx.post(gateway.url + "/v1/images/generations", json={"prompt": "x"}, headers=h)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "unknown_url"
+    r = httpx.put(gateway.url + "/v1/chat/completions", json={}, headers=h)
+    assert r.status_code == 405 and "error" in r.json()
+    r = httpx.post(gateway.url + "/v1/chat/completions", content="\xff\xfe garbage".encode("latin-1"), headers=h)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+    assert admin.task(task_id)["admitted_requests"] == 0
+    assert upstream.requests == []
