@@ -100,6 +100,8 @@ def _session_header(headers: dict[str, str], names: tuple[str, ...]) -> str | No
 
 
 async def proxy_post(request: Request) -> Response:
+    """Admit and relay one POST (checks in the order of the module docstring); the
+    loop guard's warning, when due, is added to the forwarded body."""
     state = request.app.state
     settings = state.settings
     path = request.url.path
