@@ -12,12 +12,11 @@ import httpx2
 import openai
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from app.wire import CHAT_COMPLETIONS, UnknownWirePath, format_for_path
 from app.wire.base import EventKind, ResponseSummary, ToolCall, Usage
 from app.wire.sse import SSEDecoder
-from tests.wire_support import canon, replay
+from tests.wire_support import canon, cut_points, replay
 
 FIXTURES = Path(__file__).parent / "fixtures" / "wire"
 STREAM_TOOLS = (FIXTURES / "chat_stream_tools.sse").read_bytes()
@@ -47,19 +46,8 @@ def _chunk(delta: dict[str, Any], index: int = 0) -> str:
 
 # --- streamed tool calls -------------------------------------------------------------
 
-_MULTIBYTE = [i for i in range(len(STREAM_TOOLS)) if STREAM_TOOLS[i] >= 0xC0]
-
-
 @settings(max_examples=200, deadline=None)
-@given(
-    cuts=st.lists(
-        st.one_of(
-            st.integers(min_value=0, max_value=len(STREAM_TOOLS)),
-            st.sampled_from(_MULTIBYTE).map(lambda i: i + 1),  # inside é / 🚀
-        ),
-        max_size=80,
-    )
-)
+@given(cuts=cut_points(STREAM_TOOLS))
 def test_streamed_tool_calls_split_anywhere_match_the_non_streamed_response(
     cuts: list[int],
 ) -> None:

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from itertools import pairwise
 from typing import Any
 
+from hypothesis import strategies as st
+
 from app.wire.base import EventKind, ResponseSummary, ToolCall, WireFormat
 from app.wire.sse import SSEDecoder
 
@@ -34,3 +36,11 @@ def canon(calls: list[ToolCall]) -> list[tuple[str, str, Any]]:
         return value
 
     return [(c.call_id, c.name, args(c.arguments)) for c in calls]
+
+
+def cut_points(raw: bytes) -> st.SearchStrategy[list[int]]:
+    """Byte offsets to split ``raw`` at: anywhere, with extra weight inside multi-byte
+    UTF-8 sequences (é, 🚀), where an incremental decoder is most likely to go wrong."""
+    multibyte = [i + 1 for i, b in enumerate(raw) if b >= 0xC0]
+    return st.lists(st.one_of(st.integers(min_value=0, max_value=len(raw)), st.sampled_from(multibyte)),
+                    max_size=80)

@@ -38,10 +38,6 @@ from app.wire.base import ResponseSummary, ToolCall, ToolResult
 
 logger = logging.getLogger(__name__)
 
-#: Keys of the per-task ``loop_guard`` override object (admin API), mapped to settings.
-LOOP_GUARD_KEYS = ("identical_streak", "cycle_repeats", "failure_streak",
-                   "per_tool_thresholds", "loop_warning", "loop_warning_after")
-
 # One statement per batch (arrays unnested server-side): a request's calls and results
 # cost one round trip each, however many there are.
 _INSERT_CALLS = (
