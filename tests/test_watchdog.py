@@ -1,6 +1,6 @@
 """The stream-silence watchdog and upstream failures, end to end.
 
-A real gateway process relays to the scripted upstream (``app/testing/upstream.py``)
+A real gateway process relays to the scripted upstream (``app/testing/upstream/``)
 while the upstream misbehaves: it stalls, sends only heartbeats, thinks, trickles,
 truncates, breaks mid-event, sends a malformed event, is unreachable or too slow,
 or the client walks away. Every task sets its own short stream limits
