@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import httpx
 
+from app.proxy.transport import UpstreamTransport, no_cookies
 from app.settings import Settings
 
 #: RFC 9110 §7.6.1 hop-by-hop headers, plus those the gateway recomputes.
@@ -67,12 +68,13 @@ def response_headers(headers: httpx.Headers) -> list[tuple[bytes, bytes]]:
 
 
 def create_client(settings: Settings) -> httpx.AsyncClient:
-    """The process's one pooled client. Only the connect timeout is set here: stream
-    reads are bounded by the watchdog, non-streamed bodies by ``upstream_timeout_s``."""
+    """The process's one pooled client, on aiohttp (:mod:`app.proxy.transport`). Only
+    the connect timeout is set here: stream reads are bounded by the watchdog,
+    non-streamed bodies by ``upstream_timeout_s``."""
     return httpx.AsyncClient(
+        transport=UpstreamTransport(limit=settings.upstream_max_connections),
         timeout=httpx.Timeout(None, connect=settings.upstream_connect_timeout_s),
-        limits=httpx.Limits(max_connections=settings.upstream_max_connections,
-                            max_keepalive_connections=min(100, settings.upstream_max_connections)),
         follow_redirects=False,
         trust_env=False,
+        cookies=no_cookies(),
     )
