@@ -15,6 +15,8 @@ import platformdirs
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.guard.normalize import check_patterns
+
 #: Session headers agents send, in lookup order (lower-case). opencode sends
 #: ``x-session-id``; Codex CLI ``session-id`` (older builds ``session_id``);
 #: Claude Code ``x-claude-code-session-id``.
@@ -113,6 +115,22 @@ class Settings(BaseSettings):
         default=None,
         description="Regexes marking a tool result as failed; unset uses the built-in defaults.",
     )
+
+    # --- loop guard: result normalisation, new rules (issue 9) -------------------
+    result_normalizer_defaults: bool = Field(
+        default=True,
+        description="Apply the built-in result normalisers (Codex shell envelope, UUIDs, hex ids, "
+        "timestamps, elapsed times) before hashing a tool result (app/guard/normalize.py).",
+    )
+    result_normalizers: tuple[str, ...] = Field(
+        default=(),
+        description="Extra regexes (JSON list) masked to <masked> in tool results before hashing.",
+    )
+
+    @field_validator("result_normalizers")
+    @classmethod
+    def _valid_normalizers(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(check_patterns(v))
 
     @field_validator("session_headers")
     @classmethod

@@ -5,7 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.guard.normalize import check_patterns
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 
@@ -22,6 +24,16 @@ class LoopGuardOverrides(BaseModel):
         None, description="Rule 4: identical-streak threshold per tool name, e.g. {\"check_status\": 20}.")
     loop_warning: bool | None = Field(None, description="Rule 6: warn the model before the stop.")
     loop_warning_after: int | None = Field(None, ge=1, description="Rule 6: warn from this identical repeat on.")
+    result_normalizer_defaults: bool | None = Field(
+        None, description="Apply the built-in result normalisers (default TASKGATE_RESULT_NORMALIZER_DEFAULTS).")
+    result_normalizers: list[str] | None = Field(
+        None, max_length=50,
+        description="Extra regexes masked in tool results before hashing, after the global ones.")
+
+    @field_validator("result_normalizers")
+    @classmethod
+    def _valid_normalizers(cls, v: list[str] | None) -> list[str] | None:
+        return None if v is None else check_patterns(v)
 
 
 class TaskLimits(BaseModel):

@@ -286,8 +286,10 @@ def explain(reason: str | None, detail: Mapping[str, Any] | None) -> str | None:
     ``None`` for reasons the loop guard does not own."""
     d = detail or {}
     if reason == REASON_REPEATED_TOOL_CALL:
+        normalised = ", compared after masking volatile parts such as ids and timings" \
+            if d.get("result_normalizers") else ""
         return (f"the agent called {d.get('tool_name')} {d.get('count')} times in a row with the same "
-                f"arguments and got the same result (threshold {d.get('threshold')})")
+                f"arguments and got the same result{normalised} (threshold {d.get('threshold')})")
     if reason == REASON_TOOL_CALL_CYCLE:
         names = ", ".join(str(c.get("tool_name")) for c in d.get("cycle", []))
         return (f"the agent repeated the same cycle of tool calls ({names}) {d.get('count')} times "

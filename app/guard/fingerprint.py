@@ -11,7 +11,8 @@ Reference behaviour:
   kept, no insignificant whitespace, non-ASCII kept as is.
 - ``arguments_hash('{"b": 2, "a":1}') == arguments_hash({"a": 1, "b": 2})``.
 - ``arguments_hash("") == arguments_hash("{}") == arguments_hash({})``.
-- ``result_hash("ok") != result_hash("ok\\n")``: results are compared byte for byte.
+- ``result_hash("ok") != result_hash("ok\\n")``: results are compared byte for byte
+  (after the ledger's normaliser, :mod:`app.guard.normalize`).
 - ``conversation_key("abc", seed)`` is ``"h:"`` + 32 hex chars, whatever the seed.
 """
 
@@ -98,8 +99,9 @@ def result_hash(output: str) -> str:
     """SHA-256 hex of a tool result's text, exactly as given.
 
     ``output`` is :attr:`ToolResult.output`, already flattened by the wire parser.
-    Nothing is stripped or normalised: results are compared byte for byte, so a
-    changed timestamp or trailing newline is a changed result.
+    Nothing is stripped here: the ledger passes the text through the result
+    normaliser (:mod:`app.guard.normalize`) first; what it hands over is compared
+    byte for byte.
     """
     return _sha256_hex(output)
 

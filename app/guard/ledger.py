@@ -33,6 +33,7 @@ from app.guard.fingerprint import (
     is_failure,
     result_hash,
 )
+from app.guard.normalize import Normalizer, build
 from app.settings import Settings
 from app.wire.base import ResponseSummary, ToolCall, ToolResult
 
@@ -92,15 +93,26 @@ def thresholds_for(task: Mapping[str, Any], settings: Settings) -> Thresholds:
     )
 
 
+def normalizer_for(task: Mapping[str, Any], settings: Settings) -> Normalizer:
+    """The result normaliser in force for ``task``: the defaults unless the task or the
+    settings turn them off, then the global patterns, then the task's own."""
+    o = task.get("loop_guard") or {}
+    defaults = o.get("result_normalizer_defaults", settings.result_normalizer_defaults)
+    return build(defaults, (*settings.result_normalizers, *(o.get("result_normalizers") or ())))
+
+
 @lru_cache(maxsize=8)
 def _patterns(patterns: tuple[str, ...] | None) -> tuple[re.Pattern[str], ...]:
     return compile_patterns(list(patterns if patterns is not None else DEFAULT_ERROR_PATTERNS))
 
 
-def _describe(verdict: Verdict, thresholds: Thresholds, conversation_key: str) -> Verdict:
-    """Add the conversation key and the thresholds in force to a verdict's detail."""
+def _describe(verdict: Verdict, thresholds: Thresholds, conversation_key: str,
+              normalizer: Normalizer) -> Verdict:
+    """Add the conversation key, the thresholds and the result normalisers in force
+    (rule names, ``[]`` when results were compared raw) to a verdict's detail."""
     detail = dict(verdict.detail)
     detail.setdefault("conversation_key", conversation_key)
+    detail["result_normalizers"] = normalizer.names
     detail["thresholds"] = {
         "identical_streak": thresholds.identical_streak,
         "cycle_repeats": thresholds.cycle_repeats,
@@ -142,15 +154,16 @@ async def record_request(conn: asyncpg.Connection, task: Mapping[str, Any], guar
     if new_calls:
         await conn.execute(_COUNT_CALLS, task_id, new_calls)
     patterns = _patterns(settings.error_patterns)
+    normalizer = normalizer_for(task, settings)
     results = guard.tool_results
     completed = await conn.fetch(_COMPLETE_CALLS, task_id, [r.call_id for r in results],
-                                 [result_hash(r.output) for r in results],
+                                 [result_hash(normalizer(r.output)) for r in results],
                                  [is_failure(r, patterns) for r in results]) if results else []
     if not completed and not new_calls:
         return Verdict(Action.OK)
     history = await _history(conn, task_id, guard.conversation_key, thresholds)
     verdict = _describe(detect(history, thresholds, task_tool_calls=task["tool_calls"] + new_calls),
-                        thresholds, guard.conversation_key)
+                        thresholds, guard.conversation_key, normalizer)
     if verdict.action is Action.WARN:
         await task_rows.add_event(conn, task_id, "loop_warning", verdict.reason, dict(verdict.detail))
     return verdict
@@ -183,7 +196,7 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
             thresholds = thresholds_for(task, settings)
             history = await _history(conn, task_id, conversation_key, thresholds)
             verdict = _describe(detect(history, thresholds, task_tool_calls=total), thresholds,
-                                conversation_key)
+                                conversation_key, normalizer_for(task, settings))
             if verdict.action is Action.STOP and task["status"] == "active":
                 await task_rows.set_latch(conn, task_id, verdict.reason, dict(verdict.detail))
             return verdict

@@ -1,0 +1,142 @@
+"""Result normalisation: what the loop guard compares is a tool result with its volatile
+parts stripped or masked, so a loop whose results differ only in an id, a clock or a
+stopwatch still looks like the loop it is.
+
+Pure and table-driven: a :class:`Normalizer` is an ordered tuple of :class:`Rule`
+(name, regex, replacement), applied in order with ``re.sub``; no I/O, no clock.
+The ledger hashes ``normalizer(output)`` (:func:`app.guard.fingerprint.result_hash`).
+
+Default rules (:data:`DEFAULT_RULES`, in order):
+
+- ``codex_shell_envelope``: the lines Codex CLI puts before every shell result that
+  change from call to call (``Chunk ID: 95330b``, ``Wall time: 1.0764 seconds``,
+  ``Original token count: 51``) are removed. ``Process exited with code N`` is kept:
+  the exit code is meaningful. ``Process running with session ID 7`` keeps the words
+  and masks the number.
+- ``uuid``: ``123e4567-e89b-12d3-a456-426614174000`` -> ``<uuid>``.
+- ``iso_timestamp``: ``2026-12-01T06:54:12.345Z``, ``2026-12-01 06:54:12+01:00`` ->
+  ``<timestamp>`` (a date alone is kept).
+- ``log_timestamp``: common log (``[01/Dec/2026:06:54:12 +0000]``) and syslog
+  (``Dec  1 06:54:12``) stamps -> ``<timestamp>``.
+- ``clock_time``: a time of day with seconds (``06:54:12``, ``06:54:12.123``) ->
+  ``<time>``; ``HH:MM`` without seconds (``ls -l`` modification times) is kept.
+- ``hex_id``: 16 or more hex digits with at least one letter and one digit (request
+  ids, object ids, full commit hashes) -> ``<hex>``.
+- ``elapsed_time``: a number followed by a time unit (``took 1.23s``,
+  ``0.0012 seconds``, ``in 45ms``, ``2 minutes``) -> ``<elapsed>``.
+
+What is deliberately *not* masked, because it is how progress shows: plain numbers
+(``3 passed`` vs ``4 passed``, line counts, sizes, exit codes), dates without a time,
+file contents. Property tests in ``tests/test_normalize.py`` hold this line.
+
+Operators add their own patterns (``TASKGATE_RESULT_NORMALIZERS``, per task
+``loop_guard.result_normalizers``): every match is replaced by ``<masked>``; patterns
+are Python regexes compiled with ``re.MULTILINE``. The defaults can be turned off
+(``TASKGATE_RESULT_NORMALIZER_DEFAULTS=false``, per task
+``loop_guard.result_normalizer_defaults``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+#: Replacement for a match of an operator's pattern.
+OPERATOR_MASK = "<masked>"
+#: Prefix of the rule names given to operator patterns (``operator:1``, ...).
+OPERATOR_RULE_PREFIX = "operator:"
+
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_TIME_UNIT = r"(?:ns|µs|us|ms|s|secs?|seconds?|milliseconds?|mins?|minutes?)"
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One normalisation step: every match of ``pattern`` becomes ``replacement``
+    (``re.sub`` syntax, so ``\\1`` refers to a group)."""
+
+    name: str
+    pattern: re.Pattern[str]
+    replacement: str
+
+    def apply(self, text: str) -> str:
+        return self.pattern.sub(self.replacement, text)
+
+
+def _rule(name: str, pattern: str, replacement: str, flags: int = re.MULTILINE) -> Rule:
+    return Rule(name, re.compile(pattern, flags), replacement)
+
+
+#: The default rules, applied in this order (see the module docstring).
+DEFAULT_RULES: tuple[Rule, ...] = (
+    _rule("codex_shell_envelope",
+          r"^(?:Chunk ID: [0-9A-Za-z]+|Wall time: \d+(?:\.\d+)? seconds|Original token count: \d+)[ \t]*(?:\r?\n|\Z)",
+          ""),
+    _rule("codex_session_id", r"^(Process running with session ID )\d+", r"\1<id>"),
+    _rule("uuid", r"\b[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\b", "<uuid>"),
+    _rule("iso_timestamp",
+          r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2}\b)?",
+          "<timestamp>"),
+    _rule("log_timestamp",
+          rf"\[\d{{2}}/{_MONTH}/\d{{4}}:\d{{2}}:\d{{2}}:\d{{2}} [+-]\d{{4}}\]|\b{_MONTH} [ \d]\d \d{{2}}:\d{{2}}:\d{{2}}\b",
+          "<timestamp>"),
+    _rule("clock_time", r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d{1,9})?\b", "<time>"),
+    _rule("hex_id", r"\b(?=[0-9A-Fa-f]*[A-Fa-f])(?=[0-9A-Fa-f]*\d)[0-9A-Fa-f]{16,}\b", "<hex>"),
+    _rule("elapsed_time", rf"\b\d+(?:\.\d+)?\s?{_TIME_UNIT}\b", "<elapsed>"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Normalizer:
+    """An ordered tuple of rules; calling it normalises one tool result's text."""
+
+    rules: tuple[Rule, ...]
+
+    def __call__(self, text: str) -> str:
+        for rule in self.rules:
+            text = rule.apply(text)
+        return text
+
+    @property
+    def names(self) -> list[str]:
+        """The rule names, in order (for ``stop_detail``)."""
+        return [rule.name for rule in self.rules]
+
+
+#: The identity: no rules.
+IDENTITY = Normalizer(())
+#: The defaults alone.
+DEFAULT = Normalizer(DEFAULT_RULES)
+
+
+def operator_rules(patterns: Iterable[str]) -> tuple[Rule, ...]:
+    """Rules for operator patterns: each match becomes ``<masked>``.
+
+    Raises ``re.error`` for a pattern that does not compile."""
+    return tuple(_rule(f"{OPERATOR_RULE_PREFIX}{i}", p, OPERATOR_MASK) for i, p in enumerate(patterns, 1))
+
+
+@lru_cache(maxsize=64)
+def _build(defaults: bool, patterns: tuple[str, ...]) -> Normalizer:
+    return Normalizer((DEFAULT_RULES if defaults else ()) + operator_rules(patterns))
+
+
+def build(defaults: bool = True, patterns: Sequence[str] = ()) -> Normalizer:
+    """The normaliser for a configuration: the default rules (unless ``defaults`` is
+    false), then the operator's ``patterns`` in order. Cached; raises ``re.error`` for
+    a bad pattern."""
+    return _build(bool(defaults), tuple(patterns))
+
+
+def check_patterns(patterns: Iterable[str]) -> list[str]:
+    """``patterns`` as a list when every one compiles; raises ``ValueError`` naming the
+    first that does not (for settings and admin API validation)."""
+    out = list(patterns)
+    for i, p in enumerate(out, 1):
+        try:
+            re.compile(p, re.MULTILINE)
+        except re.error as exc:
+            raise ValueError(f"result normalizer pattern {i} ({p!r}) is not a valid regex: {exc}") from None
+    return out

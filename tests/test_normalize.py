@@ -1,0 +1,141 @@
+"""Result normalisation (app/guard/normalize.py): example tables for each default rule,
+operator patterns, and hypothesis properties that progress is never hidden."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.guard.normalize import DEFAULT, DEFAULT_RULES, IDENTITY, Normalizer, build, check_patterns
+
+
+def codex_envelope(output: str, *, chunk: str = "95330b", wall: str = "1.0764", code: int = 0,
+                   tokens: int = 51) -> str:
+    """A shell result in the shape Codex CLI sends (see the captures): envelope, then output."""
+    return (f"Chunk ID: {chunk}\nWall time: {wall} seconds\nProcess exited with code {code}\n"
+            f"Original token count: {tokens}\nOutput:\n{output}")
+
+
+LISTING = "total 8\n-rw-r--r-- 1 me me 51 Dec  1 06:54 notes.txt\n-rw-r--r-- 1 me me 15 Dec  1 06:54 app.py\n"
+
+# (input, normalised) per default rule
+EXAMPLES = [
+    (codex_envelope(LISTING), "Process exited with code 0\nOutput:\n" + LISTING),
+    (codex_envelope("", code=2), "Process exited with code 2\nOutput:\n"),
+    ("Process running with session ID 41\n", "Process running with session ID <id>\n"),
+    ("job 3f0c8a52-1b7e-4c1d-9a3e-0d6f2b4c8e11 queued", "job <uuid> queued"),
+    ("at 2026-12-01T06:54:12.345Z ok", "at <timestamp> ok"),
+    ("at 2026-12-01 06:54:12+01:00 ok", "at <timestamp> ok"),
+    ("released 2026-12-01", "released 2026-12-01"),
+    ('127.0.0.1 - - [01/Dec/2026:06:54:12 +0000] "GET / HTTP/1.1" 200', '127.0.0.1 - - <timestamp> "GET / HTTP/1.1" 200'),
+    ("Dec  1 06:54:12 host sshd[812]: ok", "<timestamp> host sshd[812]: ok"),
+    ("06:54:12.120 INFO ready", "<time> INFO ready"),
+    ("-rw-r--r-- 1 me me 15 Dec  1 06:54 app.py", "-rw-r--r-- 1 me me 15 Dec  1 06:54 app.py"),
+    ("request id 9f86d081884c7d659a2feaa0c55ad015", "request id <hex>"),
+    ("commit 3f2a9c1d8e7b6a5f4e3d2c1b0a9f8e7d6c5b4a39", "commit <hex>"),
+    ("short sha 3f2a9c1", "short sha 3f2a9c1"),
+    ("account 1234567890123456", "account 1234567890123456"),
+    ("===== 3 passed in 0.12s =====", "===== 3 passed in <elapsed> ====="),
+    ("build took 1.23s", "build took <elapsed>"),
+    ("Done in 45ms", "Done in <elapsed>"),
+    ("elapsed 0.0012 seconds", "elapsed <elapsed>"),
+    ("retrying in 2 minutes", "retrying in <elapsed>"),
+    ("42 lines, 3 files, exit code 1", "42 lines, 3 files, exit code 1"),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), EXAMPLES)
+def test_default_rules_examples(raw: str, expected: str) -> None:
+    assert DEFAULT(raw) == expected
+
+
+def test_codex_results_differing_only_in_the_envelope_normalise_equal() -> None:
+    a = codex_envelope(LISTING, chunk="95330b", wall="1.0764")
+    b = codex_envelope(LISTING, chunk="cecc33", wall="0.0000")
+    assert a != b and DEFAULT(a) == DEFAULT(b)
+
+
+@pytest.mark.parametrize("rule", DEFAULT_RULES, ids=lambda r: r.name)
+def test_every_default_rule_is_needed(rule) -> None:
+    """Without this rule at least one example normalises differently."""
+    without = Normalizer(tuple(r for r in DEFAULT_RULES if r is not rule))
+    assert any(without(raw) != expected for raw, expected in EXAMPLES)
+
+
+def test_operator_patterns_are_masked_after_the_defaults() -> None:
+    n = build(True, (r"build #\d+",))
+    assert n("build #41 took 3s") == "<masked> took <elapsed>"
+    assert n.names[-1] == "operator:1"
+
+
+def test_defaults_can_be_turned_off() -> None:
+    raw = codex_envelope(LISTING)
+    assert build(False, ())(raw) == raw
+    assert build(False, ()) == IDENTITY
+    assert build(False, (r"^Chunk ID: \w+\n",))(raw).startswith("<masked>Wall time")
+
+
+def test_bad_operator_pattern_is_refused_with_its_position() -> None:
+    with pytest.raises(ValueError, match="pattern 2"):
+        check_patterns(["ok", "(unclosed"])
+    with pytest.raises(re.error):
+        build(True, ("(unclosed",))
+
+
+# ---------------------------------------------------------------- properties
+
+# Words without digits, hex-only runs or time units: text that no default rule touches.
+WORD = st.text(alphabet="ghijklnopqrtvwxyzGHIJKLNOPQRTVWXYZ_.,;()/", min_size=1, max_size=8)
+LINE = st.lists(WORD, min_size=1, max_size=6).map(" ".join)
+LINES = st.lists(LINE, min_size=1, max_size=8)
+CHUNK_ID = st.text(alphabet="0123456789abcdef", min_size=6, max_size=6)
+WALL = st.floats(min_value=0, max_value=1000, allow_nan=False).map(lambda f: f"{f:.4f}")
+SECONDS = st.floats(min_value=0, max_value=1000, allow_nan=False).map(lambda f: f"{f:.2f}s")
+
+
+def envelope(output: str, chunk: str, wall: str, code: int = 0) -> str:
+    return codex_envelope(output, chunk=chunk, wall=wall, code=code, tokens=len(output) // 4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(LINES, st.integers(0, 7), LINE, CHUNK_ID, CHUNK_ID, WALL, WALL)
+def test_changed_file_contents_stay_different(lines, at, new_line, c1, c2, w1, w2) -> None:
+    changed = list(lines)
+    changed[at % len(lines)] = new_line
+    a, b = "\n".join(lines), "\n".join(changed)
+    if a != b:
+        assert DEFAULT(envelope(a, c1, w1)) != DEFAULT(envelope(b, c2, w2))
+    else:
+        assert DEFAULT(envelope(a, c1, w1)) == DEFAULT(envelope(b, c2, w2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 10_000), st.integers(0, 10_000), SECONDS, SECONDS)
+def test_pass_counts_stay_different_and_timings_do_not_matter(n, m, t1, t2) -> None:
+    a, b = f"===== {n} passed in {t1} =====", f"===== {m} passed in {t2} ====="
+    assert (DEFAULT(a) == DEFAULT(b)) == (n == m)
+
+
+@settings(max_examples=200, deadline=None)
+@given(LINE, st.integers(1, 50), st.integers(1, 50), CHUNK_ID, CHUNK_ID, WALL, WALL)
+def test_line_counts_stay_different(line, n, m, c1, c2, w1, w2) -> None:
+    a = envelope("\n".join([line] * n), c1, w1)
+    b = envelope("\n".join([line] * m), c2, w2)
+    assert (DEFAULT(a) == DEFAULT(b)) == (n == m)
+
+
+@settings(max_examples=200, deadline=None)
+@given(LINES, st.integers(0, 255), st.integers(0, 255), CHUNK_ID, CHUNK_ID, WALL, WALL)
+def test_exit_codes_stay_different(lines, x, y, c1, c2, w1, w2) -> None:
+    out = "\n".join(lines)
+    assert (DEFAULT(envelope(out, c1, w1, x)) == DEFAULT(envelope(out, c2, w2, y))) == (x == y)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_normalising_is_total_and_idempotent(text) -> None:
+    once = DEFAULT(text)
+    assert DEFAULT(once) == once
