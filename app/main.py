@@ -25,8 +25,10 @@ from app.admin.routes import router as admin_router
 from app.db import embedded, migrate
 from app.db.pool import create_pool
 from app.errors import GatewayError, unavailable
+from app.proxy.open_requests import OpenRequests
 from app.proxy.routes import error_response
 from app.proxy.routes import routes as proxy_routes
+from app.proxy.stop_watch import StopWatcher
 from app.proxy.upstream import create_client
 from app.settings import Settings, get_settings
 
@@ -69,9 +71,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         database_url = await resolve_database(settings)
         app.state.db = await create_pool(database_url, settings)
         app.state.client = create_client(settings)
+        app.state.open_requests = OpenRequests()
+        stop_watch = StopWatcher(app.state.db, app.state.open_requests, settings,
+                                 settings.listen_database_url or database_url).start()
         try:
             yield
         finally:
+            await stop_watch.close()
             await app.state.client.aclose()
             await app.state.db.close()
 

@@ -132,6 +132,23 @@ class Settings(BaseSettings):
     def _valid_normalizers(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(check_patterns(v))
 
+    # --- stops reaching open requests in every process (issue 12) ---------------
+    stop_listen: bool = Field(
+        default=True,
+        description="Hear stops from every gateway process at once through PostgreSQL LISTEN on "
+        "one direct connection per process (see app/proxy/stop_watch.py).",
+    )
+    listen_database_url: str | None = Field(
+        default=None,
+        description="Direct postgresql+asyncpg:// URL for LISTEN when database_url goes through "
+        "PgBouncer (transaction mode cannot LISTEN). Unset: database_url.",
+    )
+    stop_poll_interval_s: float = Field(
+        default=0.5,
+        description="While this process has open requests and LISTEN is off or down, read their "
+        "tasks' latches this often (one indexed query); 0 disables polling.",
+    )
+
     @field_validator("session_headers")
     @classmethod
     def _lower(cls, v: tuple[str, ...]) -> tuple[str, ...]:

@@ -12,9 +12,13 @@ from app.db.pool import durable
 
 logger = logging.getLogger(__name__)
 
+#: The channel every latch is announced on (payload: the task id). The NOTIFY runs in
+#: the latch's own transaction, so listeners hear it only once the latch is committed.
+STOP_CHANNEL = "taskgate_stop"
 _LATCH = (
-    "UPDATE tasks SET status = 'stopped', stop_reason = $2, stop_detail = $3,"
-    " stopped_at = now(), updated_at = now() WHERE id = $1 AND status = 'active'"
+    "WITH latched AS (UPDATE tasks SET status = 'stopped', stop_reason = $2, stop_detail = $3,"
+    " stopped_at = now(), updated_at = now() WHERE id = $1 AND status = 'active' RETURNING id)"
+    f" SELECT pg_notify('{STOP_CHANNEL}', id) FROM latched"
 )
 _EVENT = "INSERT INTO task_events (task_id, kind, reason, detail) VALUES ($1, $2, $3, $4)"
 
@@ -40,10 +44,12 @@ async def set_latch(conn: asyncpg.Connection, task_id: str, reason: str,
     """Set the durable stop latch (``status='stopped'``) and record a ``stopped`` event.
 
     Returns ``False`` (and records nothing) when the task was already stopped: the
-    first reason wins and is never overwritten. The commit waits for the disk.
+    first reason wins and is never overwritten. The commit waits for the disk. The
+    same statement ``NOTIFY``s :data:`STOP_CHANNEL` with the task id, delivered on
+    commit to every gateway process listening (:mod:`app.proxy.stop_watch`).
     """
     await durable(conn)
-    if await conn.execute(_LATCH, task_id, reason, detail) == "UPDATE 0":
+    if await conn.execute(_LATCH, task_id, reason, detail) == "SELECT 0":
         return False
     await add_event(conn, task_id, "stopped", reason, detail)
     logger.warning("task %s stopped: %s %s", task_id, reason, detail)

@@ -17,6 +17,12 @@
   unchanged with upstream's status and headers.
 - **Client disconnects** are watched for the whole exchange; the upstream request is
   cancelled at once and its connection released.
+- **Stops**: :meth:`RelayResponse.cut` ends the exchange when its task is latched
+  elsewhere (:mod:`app.proxy.stop_watch`): before the response has started the
+  upstream request is cancelled and the client gets the stop refusal (403/409); a
+  stream is cut at its next read (the read's timeout fires at once), its upstream
+  connection closed and the client gets the format's terminal error with ``code`` =
+  the stop reason. A body already being sent is left to finish.
 
 What happened is handed to an ``on_finish`` callback as an :class:`Outcome` after the
 client has its last byte (accounting never delays the relay).
@@ -34,6 +40,7 @@ import httpx
 from starlette.responses import Response
 
 from app.errors import ANTHROPIC_ERROR_TYPES, GatewayError
+from app.proxy.open_requests import OpenRequests
 from app.proxy.upstream import response_headers
 from app.wire.base import EventKind, ResponseSummary, StreamObserver, WireFormat
 from app.wire.sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, SSEEventTooLarge
@@ -58,7 +65,8 @@ class Outcome:
     ``kind``: ``completed`` (terminal event or whole body relayed), ``stalled``,
     ``truncated`` (stream ended or broke without its terminal event),
     ``upstream_unreachable`` (connect error, 502), ``upstream_timeout`` (504),
-    ``disconnected`` (the client left). ``summary`` holds what the response showed
+    ``disconnected`` (the client left), ``stopped`` (cut because the task was
+    latched; ``detail["code"]`` is the stop reason). ``summary`` holds what the response showed
     so far (tool calls, usage). ``detail`` is JSON-ready context for the task history.
     """
 
@@ -89,10 +97,40 @@ class RelayResponse(Response):
         self._response_started = False
         self._observer: StreamObserver | None = None
         self.background = None
+        self._task: asyncio.Future | None = None  # the relay, while it runs
+        self._stop: GatewayError | None = None  # set by cut()
+        self._reading: asyncio.Timeout | None = None  # the stream read in progress
+        self._streaming = self._ended = False
+        self._untrack: Callable[[], None] | None = None
+
+    def track(self, registry: OpenRequests, task_id: str) -> "RelayResponse":
+        """Make this exchange cuttable by a stop of ``task_id`` until it finishes."""
+        registry.track(task_id, self)
+        self._untrack = lambda: registry.untrack(task_id, self)
+        return self
+
+    def cut(self, refusal: GatewayError) -> bool:
+        """End the exchange because its task was stopped (``refusal``: the task's
+        403/409 ``task_stopped`` error). Returns ``False`` when it has already ended,
+        been cut, or is sending a complete body; safe to call at any time."""
+        if self._stop is not None or self._ended or (self._response_started and not self._streaming):
+            return False
+        self._stop = refusal
+        if not self._response_started:
+            if self._task is not None:
+                self._task.cancel()
+        elif self._reading is not None:
+            try:
+                self._reading.reschedule(asyncio.get_running_loop().time())
+            except RuntimeError:  # between two reads: the loop sees _stop before the next
+                pass
+        return True
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        relay = asyncio.ensure_future(self._relay(send))
+        relay = self._task = asyncio.ensure_future(self._relay(send))
         watch = asyncio.ensure_future(_wait_for_disconnect(receive))
+        if self._stop is not None:  # cut before it began
+            relay.cancel()
         try:
             await asyncio.wait({relay, watch}, return_when=asyncio.FIRST_COMPLETED)
             if not relay.done():
@@ -101,10 +139,14 @@ class RelayResponse(Response):
             try:
                 await relay
             except asyncio.CancelledError:
-                pass
+                if self._stop is not None and self.outcome.kind != "disconnected":
+                    await self._send_stopped(send)
             except OSError:  # the client went away while we were sending
                 self.outcome.kind = "disconnected"
         finally:
+            self._ended = True
+            if self._untrack is not None:
+                self._untrack()
             watch.cancel()
             if self.outcome.kind == "disconnected" and self._observer is not None:
                 self.outcome.summary = self._observer.summary()  # the ledger keeps what was seen
@@ -181,15 +223,21 @@ class RelayResponse(Response):
         relayed_bytes = relayed_events = 0
         held = bytearray()  # an incomplete trailing event: relayed once complete, dropped on a cut
         end: tuple[str, str, str] | None = None  # (outcome kind, code, message)
+        self._streaming = True
         await self._start(send, upstream)
         while True:
+            if self._stop is not None:
+                end = ("stopped", self._stop.code or "stopped", self._stop.message)
+                break
             try:
-                async with asyncio.timeout_at(deadline):
+                async with asyncio.timeout_at(deadline) as self._reading:
                     chunk = await chunks.__anext__()
             except StopAsyncIteration:
                 break
             except TimeoutError:
-                if first_content_at is None:
+                if self._stop is not None:
+                    end = ("stopped", self._stop.code or "stopped", self._stop.message)
+                elif first_content_at is None:
                     end = ("stalled", "stream_first_event_timeout",
                            f"The upstream stream sent no content within {wd.first_event_timeout_s:g} s; taskgate closed it.")
                 else:
@@ -247,6 +295,7 @@ class RelayResponse(Response):
                 break  # nothing may follow the terminal event; do not wait for the close
             if deadline is not None:
                 deadline += resumed_at - paused_at  # a slow client is not a silent upstream
+        self._ended = True
         summary = observer.summary()
         self.outcome.summary = summary
         now = loop.time()
@@ -264,8 +313,10 @@ class RelayResponse(Response):
             self.outcome.kind = kind
             self.outcome.detail["code"] = code
             etype = "upstream_stalled" if kind == "stalled" else "upstream_error"
+            if self._stop is not None and kind == "stopped":
+                etype = self._stop.type
             if self.fmt.name == "anthropic_messages":
-                etype = "api_error"
+                etype = ANTHROPIC_ERROR_TYPES.get(self._stop.status, "api_error") if kind == "stopped" else "api_error"
             error = self.fmt.stream_error(message, etype, code, observer=observer)
             await send({"type": "http.response.body", "body": error, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -280,6 +331,15 @@ class RelayResponse(Response):
         self.outcome.status = status
         self.outcome.detail["code"] = code
         return GatewayError(status, code, code, message)
+
+    async def _send_stopped(self, send: Callable) -> None:
+        """The stop refusal for an exchange cut before its response started."""
+        err = self._stop
+        assert err is not None
+        self.outcome.kind = "stopped"
+        self.outcome.status = err.status
+        self.outcome.detail["code"] = err.code
+        await self._send_error(send, err)
 
     async def _send_error(self, send: Callable, err: GatewayError) -> None:
         body, headers = render_error(self.fmt, err)

@@ -153,7 +153,7 @@ async def proxy_post(request: Request) -> Response:
         on_finish=Accounting(pool, settings, task["id"], conv_key,
                              settings.loop_guard_enabled and path in INFERENCE_PATHS),
         endpoint=path, model=model,
-    )
+    ).track(state.open_requests, task["id"])  # a stop of the task cuts it (app/proxy/stop_watch.py)
 
 
 async def proxy_get(request: Request) -> Response:

@@ -1,0 +1,196 @@
+"""Hear that a task was stopped -- by any gateway process -- and cut its open requests here.
+
+A latch (:func:`app.db.tasks.set_latch`: any loop rule, any limit, an operator stop,
+``repeated_stalls``) ``NOTIFY``s :data:`app.db.tasks.STOP_CHANNEL` with the task id
+inside its own transaction, so the notification is delivered only on commit. Each
+gateway process hears it in one of two ways:
+
+- **LISTEN** (``TASKGATE_STOP_LISTEN``, default on): one dedicated connection per
+  process ``LISTEN``s on the channel; reconnects with back-off when it is lost, and
+  after every (re)connect reads the latches of all open requests once (a stop may
+  have been missed meanwhile). ``LISTEN`` needs a session of its own, so it does not
+  work through PgBouncer in transaction mode: the connection goes to
+  ``TASKGATE_LISTEN_DATABASE_URL`` (a direct URL), else to the main URL, and if that
+  turns out to be a pooler (the backend pid PostgreSQL reports differs from the one
+  in the connection's start-up answer) LISTEN is given up with a warning.
+- **Polling** (``TASKGATE_STOP_POLL_INTERVAL_S``, default 0.5 s; 0 disables): while
+  LISTEN is not live *and* this process has open requests, one indexed query every
+  interval reads which of their tasks are stopped. Nothing runs while nothing is open.
+
+Either way, the task row is read (through the main pool) and, unless the reason is
+in :data:`NOT_CUT` (``request_limit``), every open request of the task is cut with the task's stop refusal (:meth:`RelayResponse.cut`); a
+``cut_open_requests`` event records how many, which path heard it, which process,
+and the seconds from ``stopped_at`` to the cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from datetime import datetime, timezone
+from typing import Any
+
+import asyncpg
+
+from app.admission.limits import counters_sentence, explain_stop
+from app.db import tasks as task_rows
+from app.db.pool import asyncpg_dsn
+from app.errors import GatewayError, task_stopped
+from app.proxy.open_requests import OpenRequests
+from app.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+#: Stop reasons that do not cut open requests. ``request_limit`` latches when the
+#: request *after* the last allowed one arrives; the requests still open were admitted
+#: within the limit, and a limit of N must give N answers.
+NOT_CUT = ("request_limit",)
+_STOPPED = ("SELECT * FROM tasks WHERE id = ANY($1::text[]) AND status <> 'active'"
+            " AND coalesce(stop_reason, '') <> ALL($2::text[])")
+_KEEPALIVE_S = 10.0  # how often an idle listener connection proves it is alive
+_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)  # reconnect delays, the last one repeating
+
+
+def stop_refusal(task: dict[str, Any]) -> GatewayError:
+    """The refusal an open request of the stopped ``task`` (a ``tasks`` row) ends with:
+    the same one its next request would get from admission."""
+    reason = task["stop_reason"] or "stopped"
+    return task_stopped(task["id"], reason, counters_sentence(task),
+                        explain_stop(task["stop_reason"], task["stop_detail"]))
+
+
+class StopWatcher:
+    """The LISTEN connection and the poller of one process (see module docstring)."""
+
+    def __init__(self, pool: asyncpg.Pool, registry: OpenRequests, settings: Settings,
+                 listen_url: str) -> None:
+        self.pool = pool
+        self.registry = registry
+        self.settings = settings
+        self.listen_url = listen_url
+        self.live = False  # LISTEN is set up on a healthy direct connection
+        self.process = f"{socket.gethostname()}:{os.getpid()}"
+        self._tasks: set[asyncio.Task[Any]] = set()
+        registry.on_suspect = lambda task_id: self._spawn(self.check([task_id], "recheck"))
+
+    def start(self) -> "StopWatcher":
+        if self.settings.stop_listen:
+            self._spawn(self._listen_forever())
+        if self.settings.stop_poll_interval_s > 0:
+            self._spawn(self._poll_forever())
+        return self
+
+    async def close(self) -> None:
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _spawn(self, coro: Any) -> None:
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def check(self, task_ids: list[str], path: str) -> int:
+        """Cut the open requests of those of ``task_ids`` that are stopped; returns how
+        many were cut. ``path`` (``listen``, ``poll``, ``recheck``) goes into the event."""
+        if not task_ids:
+            return 0
+        rows = await self.pool.fetch(_STOPPED, task_ids, NOT_CUT)
+        total = 0
+        for row in rows:
+            task = dict(row)
+            cut = self.registry.cut(task["id"], stop_refusal(task))
+            total += cut
+            if cut:
+                await self._record(task, cut, path)
+        return total
+
+    async def _record(self, task: dict[str, Any], cut: int, path: str) -> None:
+        stopped_at = task["stopped_at"]
+        since = (datetime.now(timezone.utc) - stopped_at).total_seconds() if stopped_at else None
+        detail = {"cut": cut, "path": path, "process": self.process,
+                  "seconds_since_stopped": None if since is None else round(since, 3)}
+        logger.warning("task %s stopped (%s): cut %d open request(s) (heard by %s)",
+                       task["id"], task["stop_reason"], cut, path)
+        try:
+            async with self.pool.acquire() as conn:
+                await task_rows.add_event(conn, task["id"], "cut_open_requests",
+                                          task["stop_reason"], detail)
+        except Exception:  # noqa: BLE001 - the requests are cut; the record is best effort
+            logger.exception("recording cut_open_requests for task %s failed", task["id"])
+
+    # -- LISTEN -------------------------------------------------------------------
+
+    def _notified(self, conn: object, pid: int, channel: str, task_id: str) -> None:
+        self.registry.heard_stop(task_id)
+        if self.registry.count(task_id):
+            self._spawn(self._check_logged([task_id], "listen"))
+
+    async def _check_logged(self, task_ids: list[str], path: str) -> None:
+        try:
+            await self.check(task_ids, path)
+        except Exception:  # noqa: BLE001 - the poller or the next notification retries
+            logger.exception("reading the latch of %s failed", task_ids)
+
+    async def _listen_forever(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                conn = await asyncpg.connect(asyncpg_dsn(self.listen_url),
+                                             timeout=self.settings.database_timeout_s,
+                                             server_settings={"application_name": "taskgate-stop-listener"})
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("stop listener cannot connect (%r); polling meanwhile", exc)
+            else:
+                try:
+                    if not await _is_direct(conn):
+                        logger.warning(
+                            "stop listener: the database URL goes through a pooler, where LISTEN does "
+                            "not work; set TASKGATE_LISTEN_DATABASE_URL to a direct URL. Polling instead.")
+                        return
+                    attempt = 0
+                    await self._listen(conn)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001
+                    logger.warning("stop listener lost its connection (%r); reconnecting", exc)
+                finally:
+                    self.live = False
+                    conn.terminate()
+            await asyncio.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
+            attempt += 1
+
+    async def _listen(self, conn: asyncpg.Connection) -> None:
+        lost = asyncio.Event()
+        conn.add_termination_listener(lambda _conn: lost.set())
+        await conn.add_listener(task_rows.STOP_CHANNEL, self._notified)
+        self.live = True
+        await self._check_logged(self.registry.task_ids(), "listen")  # missed while not listening
+        while not lost.is_set():
+            try:
+                await asyncio.wait_for(lost.wait(), _KEEPALIVE_S)
+            except TimeoutError:
+                await conn.fetchval("SELECT 1", timeout=self.settings.database_timeout_s)
+
+    # -- polling ------------------------------------------------------------------
+
+    async def _poll_forever(self) -> None:
+        interval = self.settings.stop_poll_interval_s
+        while True:
+            ids = [] if self.live else self.registry.task_ids()
+            if ids:
+                await self._check_logged(ids, "poll")
+                await asyncio.sleep(interval)
+            elif self.live:
+                await asyncio.sleep(interval)
+            else:
+                self.registry.changed.clear()
+                await self.registry.changed.wait()
+
+
+async def _is_direct(conn: asyncpg.Connection) -> bool:
+    """Whether ``conn`` is a session of its own on PostgreSQL (not through a pooler):
+    a pooler answers the start-up with its own backend key, so the pid differs."""
+    return await conn.fetchval("SELECT pg_backend_pid()") == conn.get_server_pid()
