@@ -54,7 +54,8 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
     click.echo(f"taskgate: listening on http://{host}:{port} (OpenAI base URL http://{host}:{port}/v1)",
                err=True)
     uvicorn.run("app.main:create_app", factory=True, host=host, port=port, workers=workers,
-                log_level=log_level, access_log=False)
+                log_level=log_level, access_log=False,
+                server_header=False)  # relayed responses carry upstream's `server`, not two
 
 
 @main.command()

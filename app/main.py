@@ -25,6 +25,8 @@ from app.admin.routes import router as admin_router
 from app.db import embedded, migrate
 from app.db.pool import create_pool
 from app.errors import GatewayError, unavailable
+from app.proxy.auth import KnownTokens
+from app.proxy.endpoints import DEFAULT_ENDPOINTS, parse_endpoints
 from app.proxy.open_requests import OpenRequests
 from app.proxy.routes import error_response
 from app.proxy.routes import routes as proxy_routes
@@ -88,6 +90,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.endpoints = DEFAULT_ENDPOINTS + parse_endpoints(settings.extra_endpoints)
+    app.state.known_tokens = KnownTokens()
     app.include_router(admin_router)
     app.router.routes.extend(proxy_routes)
 

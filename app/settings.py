@@ -83,6 +83,32 @@ class Settings(BaseSettings):
         default=32 * 1024 * 1024, description="Largest request body accepted (413 above)."
     )
 
+    # --- client-facing hardening (app/proxy/endpoints.py, inbound.py, server.py) --
+    extra_endpoints: str = Field(
+        default="",
+        description="More endpoints to forward besides the defaults, each explicitly: a comma list "
+        "of 'METHOD /v1/path' with {name} for one path segment, e.g. 'GET /v1/files/{id}, POST "
+        "/v1/batches'. Extra POSTs consume one unit of allowance; extra GETs are free.",
+    )
+    body_timeout_s: float = Field(
+        default=120.0,
+        description="Deadline for receiving a whole request body, from the first read (408 after "
+        "it, connection closed); 0 disables.",
+    )
+    forward_proxy_headers: bool = Field(
+        default=False,
+        description="Forward the client's Forwarded, X-Forwarded-* and X-Real-IP headers to the "
+        "provider (dropped by default).",
+    )
+
+    @field_validator("extra_endpoints")
+    @classmethod
+    def _endpoints(cls, v: str) -> str:
+        from app.proxy.endpoints import parse_endpoints
+
+        parse_endpoints(v)  # ValueError names the bad entry
+        return v
+
     # --- task defaults ----------------------------------------------------------
     default_request_limit: int = 1000
 

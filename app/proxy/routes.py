@@ -1,43 +1,47 @@
-"""The proxied endpoints (``/v1/...``): authenticate, admit, relay.
+"""The proxied endpoints (``/v1/...``): check, authenticate, admit, relay.
 
+Only the endpoints of the allowlist (:mod:`app.proxy.endpoints`) are forwarded.
 Inference POSTs (``/v1/chat/completions``, ``/v1/completions``, ``/v1/responses``,
 ``/v1/embeddings``, ``/v1/messages``) consume one unit of the task's allowance each.
 Token counting (``/v1/messages/count_tokens``, ``/v1/responses/input_tokens``) and
-every GET are forwarded after authentication without consuming allowance.
+the GETs (``/v1/models``, ``/v1/models/{id}``) are forwarded after authentication
+without consuming allowance.
 
-Order of checks for a POST, each answering in the endpoint's error shape:
-413 body too large → 401 missing token → 400 malformed JSON → admission (401 unknown
-token, 403 stopped, 503 database unavailable) → upstream.
+Order of checks, each answering in the endpoint's error shape; everything up to
+admission depends on the client alone, so a refused request is never counted:
+404 not an allowed endpoint → 401 missing token → 400 invalid header → 401 unknown
+token (one indexed lookup, before the body is read) → 413/408 body too large or too
+slow → 400 malformed JSON → admission (403 stopped, 503 database unavailable) →
+upstream.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
+import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from app.admission.admission import admit, authenticate
 from app.admission.tokens import token_hash
-from app.errors import GatewayError, unauthorized
+from app.errors import GatewayError
 from app.guard.detector import Action
 from app.guard.fingerprint import conversation_key
 from app.guard.ledger import GuardRequest
+from app.proxy import endpoints
 from app.proxy.accounting import Accounting
+from app.proxy.auth import require_known_token
+from app.proxy.inbound import CLOSE, check_headers, parse_json_object, read_body, token_from_headers
 from app.proxy.relay import RelayResponse, Watchdog, render_error
 from app.proxy.upstream import is_anthropic, request_headers, upstream_url
 from app.wire import CHAT_COMPLETIONS, UnknownWirePath, format_for_path
 from app.wire.base import WireFormat
 
-
-#: POST paths that run inference and so consume allowance.
-INFERENCE_PATHS = frozenset({
-    "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/messages",
-})
-#: POST paths forwarded without consuming allowance (no inference happens).
-FREE_POST_PATHS = frozenset({"/v1/messages/count_tokens", "/v1/responses/input_tokens"})
+logger = logging.getLogger(__name__)
 
 #: Added to the forwarded request when the loop guard warns (rule 6).
 LOOP_NOTICE = (
@@ -61,36 +65,6 @@ def _headers(request: Request) -> dict[str, str]:
     return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in request.scope["headers"]}
 
 
-def _token(headers: dict[str, str]) -> str:
-    auth = headers.get("authorization", "")
-    if auth[:7].lower() == "bearer " and auth[7:].strip():
-        return auth[7:].strip()
-    if headers.get("x-api-key"):
-        return headers["x-api-key"].strip()
-    raise unauthorized("Missing task token: send it as 'Authorization: Bearer <task token>' "
-                       "or 'x-api-key: <task token>'.")
-
-
-async def _read_body(request: Request, max_bytes: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise _too_large(max_bytes)
-    parts: list[bytes] = []
-    size = 0
-    async for part in request.stream():
-        size += len(part)
-        if size > max_bytes:
-            raise _too_large(max_bytes)
-        parts.append(part)
-    return b"".join(parts)
-
-
-def _too_large(max_bytes: int) -> GatewayError:
-    return GatewayError(413, "invalid_request_error", "request_too_large",
-                        f"Request body exceeds taskgate's limit of {max_bytes} bytes "
-                        "(TASKGATE_MAX_BODY_BYTES). Nothing was forwarded or counted.")
-
-
 def _session_header(headers: dict[str, str], names: tuple[str, ...]) -> str | None:
     for name in names:
         value = headers.get(name)
@@ -99,76 +73,129 @@ def _session_header(headers: dict[str, str], names: tuple[str, ...]) -> str | No
     return None
 
 
+def _endpoint(request: Request) -> endpoints.Endpoint:
+    """The allowlist entry for this request; 404 ``unknown_url`` (never forwarded)."""
+    scope = request.scope
+    found = endpoints.match(request.app.state.endpoints, scope["method"], scope["path"],
+                            scope.get("raw_path"))
+    if found is None:
+        raise GatewayError(404, "invalid_request_error", "unknown_url",
+                           f"taskgate does not proxy {scope['method']} {scope['path'][:200]}.",
+                           dict(CLOSE))
+    return found
+
+
+def _checked_headers(request: Request) -> tuple[dict[str, str], str]:
+    """The client's headers and task token, validated (401, 400) before anything else."""
+    headers = _headers(request)
+    token = token_from_headers(headers)
+    check_headers(request.scope["headers"])
+    return headers, token
+
+
+def _upstream_request(request: Request, method: str, body: bytes | None,
+                      headers: dict[str, str], anthropic: bool) -> httpx.Request:
+    """The request to send upstream; built before admission, so that nothing the client
+    sent can make it fail after the reservation (400 ``invalid_request`` if it does)."""
+    state = request.app.state
+    try:
+        return state.client.build_request(
+            method, upstream_url(state.settings, request.url.path, request.url.query, anthropic),
+            content=body, headers=request_headers(state.settings, request.scope["headers"], anthropic))
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise GatewayError(400, "invalid_request_error", "invalid_request",
+                           f"taskgate cannot forward this request ({type(exc).__name__}). Nothing "
+                           "was forwarded or counted.") from None
+
+
 async def proxy_post(request: Request) -> Response:
     """Admit and relay one POST (checks in the order of the module docstring); the
     loop guard's warning, when due, is added to the forwarded body."""
     state = request.app.state
     settings = state.settings
+    endpoint = _endpoint(request)
     path = request.url.path
-    if path not in INFERENCE_PATHS and path not in FREE_POST_PATHS:
-        raise GatewayError(404, "invalid_request_error", "unknown_url",
-                           f"taskgate does not proxy POST {path}.")
     fmt = wire_format(path)
-    headers = _headers(request)
-    body = await _read_body(request, settings.max_body_bytes)
-    token = _token(headers)
-    try:
-        payload = json.loads(body)
-    except ValueError as exc:
-        raise GatewayError(400, "invalid_request_error", "invalid_json",
-                           f"Request body is not valid JSON ({exc}). Nothing was forwarded or counted.") from None
-    if not isinstance(payload, dict):
-        raise GatewayError(400, "invalid_request_error", "invalid_json",
-                           "Request body must be a JSON object. Nothing was forwarded or counted.")
+    headers, token = _checked_headers(request)
     pool = state.db
-    anthropic = is_anthropic(path)
-    stream_requested = payload.get("stream") is True
-    if path in FREE_POST_PATHS:
-        task = await authenticate(pool, token_hash(token))
-        conv_key = ""
-        model = payload.get("model") if isinstance(payload.get("model"), str) else None
+    hashed = token_hash(token)
+    if endpoint.kind == endpoints.FREE:
+        task = await authenticate(pool, hashed)
     else:
-        view = fmt.parse_request(payload)
+        await require_known_token(pool, state.known_tokens, hashed)
+    body = await read_body(request.stream(), headers.get("content-length"),
+                           settings.max_body_bytes, settings.body_timeout_s)
+    anthropic = is_anthropic(path)
+    payload: dict[str, Any] = {}
+    if endpoint.kind != endpoints.EXTRA:
+        payload = parse_json_object(body)
+    stream_requested = payload.get("stream") is True
+    upstream_request = _upstream_request(request, "POST", body, headers, anthropic)
+    conv_key, model, guard = "", None, None
+    if endpoint.kind == endpoints.INFERENCE:
+        try:
+            view = fmt.parse_request(payload)
+            conv_key = conversation_key(_session_header(headers, settings.session_headers),
+                                        view.conversation_seed)
+        except RecursionError:
+            raise GatewayError(400, "invalid_request_error", "invalid_json",
+                               "Request body is nested too deeply. Nothing was forwarded or counted.") from None
         model = view.model
-        conv_key = conversation_key(_session_header(headers, settings.session_headers),
-                                    view.conversation_seed)
-        guard = None
         if settings.loop_guard_enabled and view.tool_results:
             guard = GuardRequest(conv_key, view.tool_calls, view.tool_results)
-        admitted = await admit(pool, token_hash(token), settings, guard)
+    elif isinstance(payload.get("model"), str):
+        model = payload["model"]
+    if endpoint.kind != endpoints.FREE:
+        admitted = await admit(pool, hashed, settings, guard)
         task = admitted.task
         verdict = admitted.verdict
         if verdict is not None and verdict.action is Action.WARN:
-            notice = LOOP_NOTICE.format(tool=verdict.detail.get("tool_name", "the same tool"),
-                                        count=verdict.count)
-            body = json.dumps(fmt.inject_notice(payload, notice)).encode()
-    upstream_request = state.client.build_request(
-        "POST", upstream_url(settings, path, request.url.query, anthropic),
-        content=body, headers=request_headers(settings, headers, anthropic))
+            upstream_request = _with_notice(request, upstream_request, fmt, payload, verdict)
     return RelayResponse(
         state.client, upstream_request, fmt,
         stream_requested=stream_requested,
         watchdog=_watchdog(task, settings),
         total_timeout_s=settings.upstream_timeout_s,
         on_finish=Accounting(pool, settings, task["id"], conv_key,
-                             settings.loop_guard_enabled and path in INFERENCE_PATHS),
+                             settings.loop_guard_enabled and endpoint.kind == endpoints.INFERENCE),
         endpoint=path, model=model,
     ).track(state.open_requests, task["id"])  # a stop of the task cuts it (app/proxy/stop_watch.py)
 
 
+def _with_notice(request: Request, upstream_request: httpx.Request, fmt: WireFormat,
+                 payload: dict[str, Any], verdict: Any) -> httpx.Request:
+    """``upstream_request`` with the loop warning added to its body; unchanged (and
+    logged) if the body cannot take it: the request is admitted and must go out."""
+    notice = LOOP_NOTICE.format(tool=verdict.detail.get("tool_name", "the same tool"),
+                                count=verdict.count)
+    try:
+        body = json.dumps(fmt.inject_notice(payload, notice)).encode()
+    except (ValueError, TypeError, RecursionError):
+        logger.warning("could not add the loop warning to a request body; forwarded it unchanged")
+        return upstream_request
+    return request.app.state.client.build_request(
+        "POST", upstream_request.url, content=body,
+        headers=[(k, v) for k, v in upstream_request.headers.raw if k.lower() != b"content-length"])
+
+
 async def proxy_get(request: Request) -> Response:
-    """GETs (``/v1/models`` and friends) are free: authenticated, never counted."""
+    """GETs of the allowlist (``/v1/models`` and ``/v1/models/{id}`` by default) are
+    free: authenticated, never counted. Anthropic's shape and host when the client sends
+    ``anthropic-version``."""
     state = request.app.state
     settings = state.settings
     path = request.url.path
-    headers = _headers(request)
-    task = await authenticate(state.db, token_hash(_token(headers)))
-    anthropic = is_anthropic(path, headers)
-    upstream_request = state.client.build_request(
-        "GET", upstream_url(settings, path, request.url.query, anthropic),
-        headers=request_headers(settings, headers, anthropic))
+    anthropic = is_anthropic(path, _headers(request))
+    fmt = wire_format("/v1/messages" if anthropic else path)
+    try:
+        _endpoint(request)
+        headers, token = _checked_headers(request)
+        task = await authenticate(state.db, token_hash(token))
+        upstream_request = _upstream_request(request, "GET", None, headers, anthropic)
+    except GatewayError as err:
+        return _render(fmt, err)
     return RelayResponse(
-        state.client, upstream_request, wire_format("/v1/messages" if anthropic else path),
+        state.client, upstream_request, fmt,
         stream_requested=False, watchdog=_watchdog(task, settings),
         total_timeout_s=settings.upstream_timeout_s,
         on_finish=_nothing, endpoint=path, model=None,
@@ -197,10 +224,13 @@ def _watchdog(task: dict[str, Any], settings: Any) -> Watchdog:
     )
 
 
-def error_response(path: str, err: GatewayError) -> Response:
-    """Render a :class:`GatewayError` for ``path`` in its wire format's shape."""
-    body, headers = render_error(wire_format(path), err)
+def _render(fmt: WireFormat, err: GatewayError) -> Response:
+    body, headers = render_error(fmt, err)
     response = Response(content=body, status_code=err.status)
     response.raw_headers = headers
     return response
 
+
+def error_response(path: str, err: GatewayError) -> Response:
+    """Render a :class:`GatewayError` for ``path`` in its wire format's shape."""
+    return _render(wire_format(path), err)

@@ -3,7 +3,9 @@
 The task token never leaves the gateway: ``authorization`` and ``x-api-key`` are
 dropped and the provider key is set instead (OpenAI-style providers:
 ``Authorization: Bearer``; Anthropic: ``x-api-key``). Hop-by-hop headers
-(RFC 9110 §7.6.1) are not forwarded in either direction.
+(RFC 9110 §7.6.1) are not forwarded in either direction. The client's ``forwarded``,
+``x-forwarded-*`` and ``x-real-ip`` are dropped unless ``forward_proxy_headers`` is set.
+Other request headers are forwarded byte for byte (see :mod:`app.proxy.inbound`).
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ HOP_BY_HOP = frozenset({
 #: ``accept-encoding`` (upstream is asked for identity encoding so the gateway can
 #: read the stream it relays).
 _DROP_REQUEST = HOP_BY_HOP | {"authorization", "x-api-key", "api-key", "accept-encoding", "cookie"}
-#: Response headers not relayed to the client (the body is re-framed by the gateway).
-_DROP_RESPONSE = HOP_BY_HOP | {"content-encoding"}
+#: The client's proxy headers (RFC 7239 ``forwarded`` and the de facto ``x-forwarded-*``).
+_PROXY_HEADERS = frozenset({"forwarded", "x-real-ip"})
+#: Response headers not relayed to the client (the body is re-framed by the gateway;
+#: the gateway's server stamps its own ``date``).
+_DROP_RESPONSE = HOP_BY_HOP | {"content-encoding", "date"}
 
 
 def is_anthropic(path: str, headers: dict[str, str] | None = None) -> bool:
@@ -49,16 +54,26 @@ def upstream_url(settings: Settings, path: str, query: str, anthropic: bool) -> 
     return f"{url}?{query}" if query else url
 
 
-def request_headers(settings: Settings, incoming: dict[str, str], anthropic: bool) -> dict[str, str]:
-    """Headers to send upstream: the client's (lower-case names), minus credentials
-    and hop-by-hop ones, plus the provider key."""
-    out = {name: value for name, value in incoming.items() if name not in _DROP_REQUEST}
-    out["accept-encoding"] = "identity"
+def request_headers(settings: Settings, incoming: list[tuple[bytes, bytes]],
+                    anthropic: bool) -> list[tuple[bytes, bytes]]:
+    """Headers to send upstream, as raw pairs: the client's (ASGI: lower-case names,
+    values as sent), minus credentials, hop-by-hop and proxy headers, plus the
+    provider key."""
+    keep_proxy = settings.forward_proxy_headers
+    out = []
+    for name, value in incoming:
+        text = name.decode("latin-1")
+        if text in _DROP_REQUEST:
+            continue
+        if not keep_proxy and (text in _PROXY_HEADERS or text.startswith("x-forwarded-")):
+            continue
+        out.append((name, value))
+    out.append((b"accept-encoding", b"identity"))
     if anthropic:
         if settings.anthropic_api_key:
-            out["x-api-key"] = settings.anthropic_api_key
+            out.append((b"x-api-key", settings.anthropic_api_key.encode()))
     elif settings.upstream_api_key:
-        out["authorization"] = f"Bearer {settings.upstream_api_key}"
+        out.append((b"authorization", f"Bearer {settings.upstream_api_key}".encode()))
     return out
 
 
