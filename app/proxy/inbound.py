@@ -2,7 +2,8 @@
 
 A request the gateway refuses is never counted, so every check that client input can
 fail runs before the reservation: the task token from the headers, header names and
-values (they are forwarded byte for byte, so they must be valid HTTP field values),
+values (forwarded as sent, so they must be valid HTTP field values, and UTF-8: the
+upstream transport re-encodes header text as UTF-8, which would garble other bytes),
 the body's size and arrival time, and its JSON. Each failure is a
 :class:`app.errors.GatewayError` with a 4xx status; those raised before the body has
 been read in full carry ``connection: close`` (the server would otherwise keep reading
@@ -41,14 +42,25 @@ def token_from_headers(headers: dict[str, str]) -> str:
 
 
 def check_headers(raw: list[tuple[bytes, bytes]]) -> None:
-    """Raise 400 ``invalid_header`` when a header name is not an RFC 9110 token or a
-    value holds a control character (NUL, CR, LF, DEL...) or leading/trailing space."""
+    """Raise 400 ``invalid_header`` when a header name is not an RFC 9110 token, or a
+    value holds a control character (NUL, CR, LF, DEL...), leading/trailing space, or
+    bytes that are not UTF-8 (e.g. ``\xff\xfe``)."""
     for name, value in raw:
-        if not _FIELD_NAME.fullmatch(name) or not _FIELD_VALUE.fullmatch(value):
+        if not _FIELD_NAME.fullmatch(name) or not _FIELD_VALUE.fullmatch(value) or not _utf8(value):
             shown = name.decode("latin-1")[:64].encode("unicode_escape").decode()
             raise GatewayError(400, "invalid_request_error", "invalid_header",
                                f"Header {shown!r} is not a valid HTTP header. Nothing was "
                                "forwarded or counted.", dict(CLOSE))
+
+
+def _utf8(value: bytes) -> bool:
+    if value.isascii():
+        return True
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 async def read_body(chunks: AsyncIterator[bytes], declared: str | None, max_bytes: int,
