@@ -22,6 +22,9 @@ import asyncpg
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.admin.routes import router as admin_router
+from app.console import admin_token, hooks
+from app.console import install as console
+from app.console.logs import configure as configure_logging
 from app.db import embedded, migrate
 from app.db.pool import create_pool
 from app.errors import GatewayError, unavailable
@@ -49,36 +52,26 @@ async def resolve_database(settings: Settings) -> str:
     return url
 
 
-def configure_logging(level: str) -> None:
-    """Send taskgate's own log lines (stops, refusals, stalls, upstream failures) to
-    stderr at ``level``, unless the host application configured them already."""
-    app_logger = logging.getLogger("app")
-    if not app_logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        app_logger.addHandler(handler)
-        app_logger.setLevel(level.upper())
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the gateway app. ``settings`` defaults to the environment's."""
     settings = settings or get_settings()
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if settings.ensure_admin_token():
-            print(f"taskgate: TASKGATE_ADMIN_TOKEN is not set; generated admin token for this run: "
-                  f"{settings.admin_token}", file=sys.stderr, flush=True)
+        if (where := admin_token.ensure(settings)) is not None:
+            print(where, file=sys.stderr, flush=True)
         database_url = await resolve_database(settings)
         app.state.db = await create_pool(database_url, settings)
         app.state.client = create_client(settings)
         app.state.open_requests = OpenRequests()
         stop_watch = StopWatcher(app.state.db, app.state.open_requests, settings,
                                  settings.listen_database_url or database_url).start()
+        await console.started(app)
         try:
             yield
         finally:
+            await console.stopping(app)
             await stop_watch.close()
             await app.state.client.aclose()
             await app.state.db.close()
@@ -88,12 +81,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="OpenAI- and Anthropic-compatible gateway with per-task admission and a loop guard.",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None, redoc_url=None,  # /docs is served offline by the console
     )
     app.state.settings = settings
     app.state.endpoints = DEFAULT_ENDPOINTS + parse_endpoints(settings.extra_endpoints)
     app.state.known_tokens = KnownTokens()
     app.include_router(admin_router)
     app.router.routes.extend(proxy_routes)
+    console.install(app, settings)
 
     @app.get("/healthz", tags=["health"])
     async def healthz() -> dict[str, str]:
@@ -113,6 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError):  # type: ignore[no-untyped-def]
+        hooks.gateway_answered(request.url.path, exc)
         return error_response(request.url.path, exc)
 
     @app.exception_handler(StarletteHTTPException)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 import platformdirs
 from pydantic import Field, field_validator
@@ -174,6 +175,19 @@ class Settings(BaseSettings):
         description="While this process has open requests and LISTEN is off or down, read their "
         "tasks' latches this often (one indexed query); 0 disables polling.",
     )
+
+    # --- operator console (metrics, logs, stop webhook) ---------------------------
+    metrics_token: str | None = Field(
+        default=None, description="Bearer token required by GET /metrics; unset: /metrics is open.")
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="taskgate's own log lines: text, or one JSON object per line.")
+    access_log: bool = Field(default=False, description="One log line per HTTP request (app.access).")
+    stop_webhook_url: str | None = Field(
+        default=None, description="POST a JSON document (Slack-compatible) here when a task stops.")
+    stop_webhook_attempts: int = Field(default=4, ge=1, description="Delivery attempts per stop.")
+    stop_webhook_timeout_s: float = Field(default=5.0, gt=0, description="Timeout of one attempt.")
+    stop_webhook_backoff_s: float = Field(
+        default=1.0, ge=0, description="Pause before the 2nd attempt; doubles for each next one.")
 
     @field_validator("session_headers")
     @classmethod

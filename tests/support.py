@@ -79,6 +79,9 @@ def stop_embedded(data_dir: Path) -> None:
 class GatewayProcess:
     """``taskgate serve`` in a subprocess. ``env`` adds ``TASKGATE_*`` settings."""
 
+    #: Extra ``taskgate serve`` arguments (e.g. ``("--workers", "2")``).
+    serve_args: tuple[str, ...] = ()
+
     def __init__(self, database_url: str | None, upstream_url: str, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -101,7 +104,8 @@ class GatewayProcess:
 
     def start(self, timeout: float = 30) -> "GatewayProcess":
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--log-level", "warning"],
+            [sys.executable, "-m", "app.cli", "serve", "--port", str(self.port), "--log-level", "warning",
+             *self.serve_args],
             env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -25,6 +25,7 @@ from typing import Any
 import asyncpg
 
 from app.admission.limits import counters_sentence, explain_stop, limit_breach
+from app.console.metrics import time_admission
 from app.db import tasks as task_rows
 from app.errors import GatewayError, task_stopped, unauthorized, unavailable
 from app.guard.detector import Action, Verdict
@@ -62,6 +63,7 @@ class Admitted:
     verdict: Verdict | None = None
 
 
+@time_admission
 async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
                 guard: GuardRequest | None = None) -> Admitted:
     """Reserve one request for the task whose token hashes to ``token_hash``.

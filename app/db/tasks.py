@@ -8,6 +8,8 @@ from typing import Any
 
 import asyncpg
 
+from app.console import hooks
+from app.console.request_ids import REQUEST_ID
 from app.db.pool import durable
 
 logger = logging.getLogger(__name__)
@@ -20,7 +22,8 @@ _LATCH = (
     " stopped_at = now(), updated_at = now() WHERE id = $1 AND status = 'active' RETURNING id)"
     f" SELECT pg_notify('{STOP_CHANNEL}', id) FROM latched"
 )
-_EVENT = "INSERT INTO task_events (task_id, kind, reason, detail) VALUES ($1, $2, $3, $4)"
+_EVENT = ("INSERT INTO task_events (task_id, kind, reason, detail) VALUES ($1, $2, $3, $4)"
+          " RETURNING id")
 
 
 async def lock_task(conn: asyncpg.Connection, *, task_id: str | None = None,
@@ -34,9 +37,12 @@ async def lock_task(conn: asyncpg.Connection, *, task_id: str | None = None,
 
 
 async def add_event(conn: asyncpg.Connection, task_id: str, kind: str, reason: str | None = None,
-                    detail: dict[str, Any] | None = None) -> None:
-    """Append one event to the task's durable history."""
-    await conn.execute(_EVENT, task_id, kind, reason, detail or {})
+                    detail: dict[str, Any] | None = None) -> int:
+    """Append one event to the task's durable history; returns its id. The current
+    request's id (when there is one) is added to ``detail`` as ``request_id``."""
+    if (request_id := REQUEST_ID.get()) is not None:
+        detail = {**(detail or {}), "request_id": request_id}
+    return await conn.fetchval(_EVENT, task_id, kind, reason, detail or {})
 
 
 async def set_latch(conn: asyncpg.Connection, task_id: str, reason: str,
@@ -51,6 +57,8 @@ async def set_latch(conn: asyncpg.Connection, task_id: str, reason: str,
     await durable(conn)
     if await conn.execute(_LATCH, task_id, reason, detail) == "SELECT 0":
         return False
-    await add_event(conn, task_id, "stopped", reason, detail)
-    logger.warning("task %s stopped: %s %s", task_id, reason, detail)
+    event_id = await add_event(conn, task_id, "stopped", reason, detail)
+    logger.warning("task %s stopped: %s %s", task_id, reason, detail,
+                   extra={"task_id": task_id, "reason": reason})
+    hooks.latch_set(task_id, reason, event_id)
     return True

@@ -8,10 +8,12 @@ latches the task with ``repeated_stalls``. Nothing is refunded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import asyncpg
 
+from app.console import hooks
 from app.db import tasks as task_rows
 from app.guard.ledger import record_response
 from app.proxy.relay import Outcome
@@ -37,8 +39,14 @@ class Accounting:
     task_id: str
     conversation_key: str
     guard_enabled: bool
+    stream: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        hooks.exchange_started(self.stream)
 
     async def __call__(self, outcome: Outcome) -> None:
+        hooks.exchange_finished(self.task_id, outcome, self.started, self.stream)
         summary = outcome.summary
         if not self.guard_enabled:
             summary.tool_calls = []

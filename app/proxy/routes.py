@@ -28,6 +28,7 @@ from starlette.routing import Route
 
 from app.admission.admission import admit, authenticate
 from app.admission.tokens import token_hash
+from app.console.metrics import LOOP_WARNINGS
 from app.errors import GatewayError
 from app.guard.detector import Action
 from app.guard.fingerprint import conversation_key
@@ -150,6 +151,7 @@ async def proxy_post(request: Request) -> Response:
         task = admitted.task
         verdict = admitted.verdict
         if verdict is not None and verdict.action is Action.WARN:
+            LOOP_WARNINGS.inc()
             upstream_request = _with_notice(request, upstream_request, fmt, payload, verdict)
     return RelayResponse(
         state.client, upstream_request, fmt,
@@ -157,7 +159,8 @@ async def proxy_post(request: Request) -> Response:
         watchdog=_watchdog(task, settings),
         total_timeout_s=settings.upstream_timeout_s,
         on_finish=Accounting(pool, settings, task["id"], conv_key,
-                             settings.loop_guard_enabled and endpoint.kind == endpoints.INFERENCE),
+                             settings.loop_guard_enabled and endpoint.kind == endpoints.INFERENCE,
+                             stream=stream_requested),
         endpoint=path, model=model,
     ).track(state.open_requests, task["id"])  # a stop of the task cuts it (app/proxy/stop_watch.py)
 

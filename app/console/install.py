@@ -1,0 +1,38 @@
+"""Mount the console on the gateway app: one call from :func:`app.main.create_app`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI
+from starlette.routing import Route
+from starlette.staticfiles import StaticFiles
+
+from app.console import metrics, webhook
+from app.console.docs import install_docs
+from app.console.request_ids import RequestIdMiddleware
+from app.settings import Settings
+
+UI_DIR = Path(__file__).resolve().parent / "ui"
+
+
+def install(app: FastAPI, settings: Settings) -> None:
+    """``/metrics``, ``/ui`` (the dashboard), offline ``/docs`` and the request-id
+    middleware (with the access log when ``access_log``)."""
+    app.router.routes.append(Route("/metrics", metrics.metrics_endpoint, methods=["GET"],
+                                   include_in_schema=False))
+    if UI_DIR.is_dir():
+        app.mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui")
+    install_docs(app)
+    app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
+
+
+async def started(app: FastAPI) -> None:
+    """At start-up, once the pool is open."""
+    webhook.start(app.state.settings, app.state.db)
+
+
+async def stopping(app: FastAPI) -> None:
+    """At shutdown, before the pool closes."""
+    await webhook.stop()
+    metrics.process_exit()

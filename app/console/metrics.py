@@ -1,0 +1,180 @@
+"""Prometheus metrics (``prometheus-client``) and ``GET /metrics``.
+
+Counters and histograms are fed from two places only: the outcome of every relayed
+exchange (:func:`observe_outcome`, called by :class:`app.proxy.accounting.Accounting`)
+and the gateway's own answers (:func:`observe_gateway_error`, called by the error
+handler). Labels have bounded cardinality: endpoints, reasons and codes outside the
+known sets are reported as ``other``; no task id.
+
+With ``taskgate serve --workers N`` the command sets ``PROMETHEUS_MULTIPROC_DIR``
+before any worker imports this module, so every worker writes its samples there and
+``/metrics`` sums them (the library's multiprocess mode).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import secrets
+import time
+from typing import Any, Awaitable, Callable, TypeVar
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.errors import GatewayError
+
+#: Label values of ``endpoint``; anything else is ``other``.
+ENDPOINTS = frozenset({
+    "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/messages",
+    "/v1/messages/count_tokens", "/v1/responses/input_tokens", "/v1/models",
+})
+#: Label values of ``reason`` (stop reasons); anything else (e.g. an operator's own
+#: stop reason code) is ``other``.
+REASONS = frozenset({
+    "request_limit", "token_limit", "max_duration", "repeated_stalls", "manual",
+    "repeated_tool_call", "tool_call_cycle", "repeated_tool_failure", "tool_call_limit",
+})
+#: Label values of ``code`` of a stream cut.
+CUT_CODES = frozenset({"stream_first_event_timeout", "stream_idle_timeout", "stream_truncated",
+                       "stream_event_too_large"})
+#: Relay outcome kind -> ``taskgate_requests_total`` outcome.
+_OUTCOMES = {"completed": "forwarded", "disconnected": "forwarded", "stalled": "upstream_error",
+             "truncated": "upstream_error", "upstream_unreachable": "upstream_error",
+             "upstream_timeout": "upstream_error"}
+_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+_UPSTREAM_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+REQUESTS = Counter("taskgate_requests", "Proxied POSTs by endpoint and outcome (forwarded, refused, "
+                   "invalid, unavailable, upstream_error).", ["endpoint", "outcome"])
+REFUSALS = Counter("taskgate_refusals", "Requests refused with 403 task_stopped, by stop reason.",
+                   ["reason"])
+TASK_STOPS = Counter("taskgate_task_stops", "Stop latches set, by stop reason.", ["reason"])
+LOOP_WARNINGS = Counter("taskgate_loop_warnings", "Loop-guard warnings added to forwarded requests.")
+ADMISSION_SECONDS = Histogram("taskgate_admission_duration_seconds",
+                              "Time admission took (database round trips included), seconds.",
+                              buckets=_LATENCY_BUCKETS_S)
+UPSTREAM_SECONDS = Histogram("taskgate_upstream_duration_seconds",
+                             "From admission to the client's last byte of a relayed exchange, seconds.",
+                             ["endpoint"], buckets=_UPSTREAM_BUCKETS_S)
+TTFT_SECONDS = Histogram("taskgate_time_to_first_token_seconds",
+                         "From admission to the first content event of a stream, seconds.",
+                         ["endpoint"], buckets=_UPSTREAM_BUCKETS_S)
+STREAM_CUTS = Counter("taskgate_stream_cuts", "Streams taskgate ended with a terminal error event, by "
+                      "code (stalls and truncations).", ["code"])
+OPEN_STREAMS = Gauge("taskgate_open_streams", "Streamed exchanges being relayed now.",
+                     multiprocess_mode="livesum")
+TOKENS = Counter("taskgate_tokens", "Tokens upstream reported, by direction (input, output).",
+                 ["direction"])
+TOOL_CALLS = Counter("taskgate_tool_calls", "Tool calls seen in relayed responses.")
+WEBHOOK_DELIVERIES = Counter("taskgate_webhook_deliveries", "Stop webhook deliveries by result "
+                             "(delivered, failed).", ["result"])
+
+
+@functools.cache
+def child(metric: Any, *labels: str) -> Any:
+    """``metric.labels(*labels)``, looked up once (label values are bounded, so is the
+    cache); saves the library's per-call validation and lock on the hot path."""
+    return metric.labels(*labels)
+
+
+def endpoint_label(path: str) -> str:
+    return path if path in ENDPOINTS else "other"
+
+
+def reason_label(reason: str | None) -> str:
+    return reason if reason in REASONS else "other"
+
+
+def observe_outcome(outcome: Any, started: float, stream: bool) -> None:
+    """Count one relayed exchange from its :class:`app.proxy.relay.Outcome`.
+
+    ``started`` is ``time.monotonic()`` when it was admitted; ``stream`` whether it
+    was counted in ``taskgate_open_streams``."""
+    elapsed = time.monotonic() - started
+    detail = outcome.detail
+    endpoint = endpoint_label(detail.get("endpoint") or "")
+    child(REQUESTS, endpoint, _OUTCOMES.get(outcome.kind, "upstream_error")).inc()
+    child(UPSTREAM_SECONDS, endpoint).observe(elapsed)
+    since_first = detail.get("seconds_since_first_content")
+    if since_first is not None:
+        child(TTFT_SECONDS, endpoint).observe(max(elapsed - since_first, 0.0))
+    if outcome.kind in ("stalled", "truncated") and detail.get("code"):
+        code = detail["code"]
+        child(STREAM_CUTS, code if code in CUT_CODES else "other").inc()
+    summary = outcome.summary
+    if summary.usage is not None:
+        child(TOKENS, "input").inc(summary.usage.input_tokens)
+        child(TOKENS, "output").inc(summary.usage.output_tokens)
+    if summary.tool_calls:
+        TOOL_CALLS.inc(len(summary.tool_calls))
+    if stream:
+        OPEN_STREAMS.dec()
+
+
+def observe_gateway_error(path: str, err: GatewayError) -> None:
+    """Count a POST the gateway answered itself (never forwarded)."""
+    if err.type == "task_stopped":
+        outcome = "refused"
+        child(REFUSALS, reason_label(err.code)).inc()
+    elif err.status == 503:
+        outcome = "unavailable"
+    elif err.status >= 500:
+        outcome = "upstream_error"
+    else:
+        outcome = "invalid"
+    child(REQUESTS, endpoint_label(path), outcome).inc()
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def time_admission(fn: F) -> F:
+    """Decorate the async admission function: its duration goes to the histogram."""
+    @functools.wraps(fn)
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            ADMISSION_SECONDS.observe(time.perf_counter() - t0)
+    return timed  # type: ignore[return-value]
+
+
+def latest() -> bytes:
+    """The exposition of this process, or of all workers in multiprocess mode."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    return generate_latest(REGISTRY)
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    """``GET /metrics``: Prometheus text format. With ``TASKGATE_METRICS_TOKEN`` set,
+    requires ``Authorization: Bearer <token>`` (401 otherwise)."""
+    expected = request.app.state.settings.metrics_token
+    if expected:
+        auth = request.headers.get("authorization", "")
+        given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        if not secrets.compare_digest(given.encode(), expected.encode()):
+            return Response("Missing or wrong metrics token (Authorization: Bearer "
+                            "<TASKGATE_METRICS_TOKEN>).\n", status_code=401,
+                            headers={"WWW-Authenticate": "Bearer"}, media_type="text/plain")
+    return Response(latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+def process_exit() -> None:
+    """Drop this worker's live gauges from the multiprocess directory at shutdown."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(os.getpid())

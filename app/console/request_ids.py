@@ -1,0 +1,77 @@
+"""Request ids and the optional access log, as one pure ASGI middleware.
+
+Every HTTP request gets an id: the client's ``x-request-id`` when it is sane (1-128
+characters of ``A-Z a-z 0-9 . _ : @ / + = -``), else a generated ``req_<24 hex>``.
+It is held in :data:`REQUEST_ID` (a context variable) for log lines and task events,
+and returned to the client as ``x-taskgate-request-id``, and as ``x-request-id`` when
+the response does not carry one already (upstream's own ``x-request-id`` is relayed
+unchanged, so support tickets with the provider still work).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from contextvars import ContextVar
+from typing import Any, Callable
+
+#: The current request's id; ``None`` outside a request.
+REQUEST_ID: ContextVar[str | None] = ContextVar("taskgate_request_id", default=None)
+_SANE = re.compile(rb"[A-Za-z0-9._:@/+=-]{1,128}")
+_OURS = b"x-taskgate-request-id"
+
+access_logger = logging.getLogger("app.access")
+
+
+def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:
+    """The client's sane ``x-request-id`` from raw ASGI headers, or a new id."""
+    for name, value in headers:
+        if name == b"x-request-id":  # ASGI header names are lower-case
+            if _SANE.fullmatch(value):
+                return value.decode("ascii")
+            break
+    return "req_" + secrets.token_hex(12)
+
+
+class RequestIdMiddleware:
+    """ASGI middleware: request id in :data:`REQUEST_ID` and in the response headers;
+    with ``access_log`` one ``app.access`` line per request (method, path without
+    query, status, duration in ms, request id; never headers or bodies)."""
+
+    def __init__(self, app: Callable, access_log: bool = False) -> None:
+        self.app = app
+        self.access_log = access_log
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = request_id_from(scope["headers"])
+        token = REQUEST_ID.set(rid)
+        raw_id = rid.encode()
+        status = 0
+        t0 = time.perf_counter()
+
+        async def send_with_id(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = list(message.get("headers") or ())
+                headers.append((_OURS, raw_id))
+                if not any(k.lower() == b"x-request-id" for k, _ in headers):
+                    headers.append((b"x-request-id", raw_id))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            if self.access_log:
+                access_logger.info("%s %s %s %.1fms", scope["method"], scope["path"], status,
+                                   (time.perf_counter() - t0) * 1000,
+                                   extra={"method": scope["method"], "path": scope["path"],
+                                          "status": status,
+                                          "duration_ms": round((time.perf_counter() - t0) * 1000, 1)})
+            REQUEST_ID.reset(token)

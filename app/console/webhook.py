@@ -1,0 +1,143 @@
+"""The stop webhook (``TASKGATE_STOP_WEBHOOK_URL``): tell someone when a task stops.
+
+:func:`schedule` is called where the latch is set, inside its transaction. Delivery
+runs off the request path in a background task that first waits until the
+``stopped`` event row is visible from another connection (that is, committed; a
+rolled-back latch is never announced), then POSTs :func:`stop_payload` as JSON with
+up to ``stop_webhook_attempts`` attempts (backoff doubling from
+``stop_webhook_backoff_s``). A 2xx answer is success. Every result is counted in
+``taskgate_webhook_deliveries_total{result}``; failures are logged with the task id
+and the receiver's host only (webhook URLs often embed a secret).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from datetime import datetime, timezone
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+import asyncpg
+import httpx
+
+from app.console import metrics
+from app.console.sentences import stop_message
+from app.settings import Settings
+
+logger = logging.getLogger("app.console.webhook")
+
+_STOP_EVENT = (
+    "SELECT e.reason AS event_reason, e.detail AS event_detail, e.created_at AS event_at, t.*"
+    " FROM task_events e JOIN tasks t ON t.id = e.task_id WHERE e.id = $1 AND e.kind = 'stopped'"
+)
+#: Waits (seconds) between looks for the committed ``stopped`` event (about 8 s in all).
+_VISIBILITY_WAITS_S = (0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 2.0, 2.0)
+_COUNTERS = ("admitted_requests", "request_limit", "input_tokens", "output_tokens", "tool_calls",
+             "stalls", "token_limit", "tool_call_limit", "max_duration_s")
+
+_active: "StopWebhook | None" = None
+
+
+def stop_payload(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON document for one stop. ``row`` is a ``tasks`` row plus ``event_reason``,
+    ``event_detail`` and ``event_at`` of its ``stopped`` event. ``text`` makes it a
+    valid Slack incoming-webhook message."""
+    task = {**row, "status": "stopped", "stop_reason": row["event_reason"],
+            "stop_detail": row["event_detail"]}
+    message = stop_message(task)
+    counters = {k: row[k] for k in _COUNTERS}
+    counters["total_tokens"] = row["input_tokens"] + row["output_tokens"]
+    at: datetime = row["event_at"]
+    return {
+        "text": f"taskgate: task {row['id']} stopped ({row['event_reason']}). {message}",
+        "event": "task.stopped",
+        "task_id": row["id"],
+        "stop_reason": row["event_reason"],
+        "stop_message": message,
+        "stop_detail": row["event_detail"],
+        "counters": counters,
+        "stopped_at": at.astimezone(timezone.utc).isoformat(),
+        "metadata": row.get("metadata") or {},
+    }
+
+
+class StopWebhook:
+    """Delivers stop announcements for one gateway process."""
+
+    def __init__(self, settings: Settings, pool: asyncpg.Pool) -> None:
+        self.url = settings.stop_webhook_url or ""
+        self.host = urlsplit(self.url).hostname or "?"
+        self.pool = pool
+        self.attempts = max(1, settings.stop_webhook_attempts)
+        self.backoff_s = settings.stop_webhook_backoff_s
+        self.client = httpx.AsyncClient(timeout=settings.stop_webhook_timeout_s, trust_env=False,
+                                        follow_redirects=False)
+        self.pending: set[asyncio.Task] = set()
+
+    def schedule(self, task_id: str, event_id: int) -> None:
+        task = asyncio.get_running_loop().create_task(self._deliver(task_id, event_id))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def _committed(self, event_id: int) -> Mapping[str, Any] | None:
+        for wait in _VISIBILITY_WAITS_S:
+            await asyncio.sleep(wait)
+            try:
+                row = await self.pool.fetchrow(_STOP_EVENT, event_id)
+            except Exception:  # noqa: BLE001 - the database may come back
+                logger.warning("stop webhook: cannot read stop event %s yet", event_id)
+                continue
+            if row is not None:
+                return dict(row)
+        return None  # rolled back (or the database stayed away): nothing to announce
+
+    async def _deliver(self, task_id: str, event_id: int) -> None:
+        row = await self._committed(event_id)
+        if row is None:
+            return
+        body = json.dumps(stop_payload(row), default=str).encode()
+        problem = ""
+        for attempt in range(self.attempts):
+            if attempt:
+                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                r = await self.client.post(self.url, content=body,
+                                           headers={"content-type": "application/json"})
+                if 200 <= r.status_code < 300:
+                    metrics.WEBHOOK_DELIVERIES.labels("delivered").inc()
+                    return
+                problem = f"HTTP {r.status_code}"
+            except httpx.HTTPError as exc:
+                problem = type(exc).__name__
+        metrics.WEBHOOK_DELIVERIES.labels("failed").inc()
+        logger.error("stop webhook for task %s to %s failed after %d attempts (%s)", task_id,
+                     self.host, self.attempts, problem, extra={"task_id": task_id})
+
+    async def close(self, grace_s: float = 5.0) -> None:
+        """Let deliveries in flight finish for up to ``grace_s`` seconds, then cancel them."""
+        if self.pending:
+            _, late = await asyncio.wait(set(self.pending), timeout=grace_s)
+            for task in late:
+                task.cancel()
+        await self.client.aclose()
+
+
+def schedule(task_id: str, event_id: int) -> None:
+    """Announce a stop once its transaction commits (no-op without a webhook URL)."""
+    if _active is not None:
+        _active.schedule(task_id, event_id)
+
+
+def start(settings: Settings, pool: asyncpg.Pool) -> None:
+    """Enable the webhook for this process when ``stop_webhook_url`` is set."""
+    global _active
+    _active = StopWebhook(settings, pool) if settings.stop_webhook_url else None
+
+
+async def stop() -> None:
+    global _active
+    hook, _active = _active, None
+    if hook is not None:
+        await hook.close()
