@@ -5,14 +5,21 @@
 - ``taskgate migrate``: apply the database migrations.
 - ``taskgate upstream``: run the scripted mock provider (tests, demos, benchmarks).
 - ``taskgate demo``: watch the loop guard stop a looping agent, in one command.
+- ``taskgate tasks list|show|create|update|stop|resume|events|tool-calls|delete``:
+  the admin API over HTTP (:mod:`app.cli.tasks`).
+- ``taskgate run [limits] -- <agent command ...>``: run an agent under a new task
+  (:mod:`app.cli.run`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
+import shutil
 import signal
 import sys
+import tempfile
 
 import click
 
@@ -33,12 +40,16 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
     """Run the gateway."""
     import uvicorn
 
+    if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # prometheus-client's multiprocess mode: must be set before it is first imported
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="taskgate-metrics-")
+        atexit.register(shutil.rmtree, os.environ["PROMETHEUS_MULTIPROC_DIR"], True)
+    from app.console import admin_token
     from app.main import resolve_database
 
     settings = get_settings()
-    if settings.ensure_admin_token():
-        click.echo(f"taskgate: TASKGATE_ADMIN_TOKEN is not set; generated admin token for this run:\n"
-                   f"  {settings.admin_token}", err=True)
+    if (where := admin_token.ensure(settings)) is not None:
+        click.echo(where, err=True)
     # Resolve the database once here so every worker shares it (and the embedded
     # server is owned by this parent process).
     database_url = asyncio.run(resolve_database(settings))
@@ -91,5 +102,12 @@ def upstream(ctx: click.Context) -> None:
     mock.main()
 
 
-if __name__ == "__main__":
-    main()
+def _add_console_commands() -> None:
+    from app.cli.run import run
+    from app.cli.tasks import tasks
+
+    main.add_command(tasks)
+    main.add_command(run)
+
+
+_add_console_commands()

@@ -1,0 +1,112 @@
+"""The admin API over HTTP, for the CLI (so it works against a remote gateway too).
+
+:func:`connect` picks the gateway URL (``--url``, ``TASKGATE_URL``, else the local
+gateway at ``TASKGATE_HOST``/``TASKGATE_PORT``) and the admin token
+(``TASKGATE_ADMIN_TOKEN``, else the embedded default's token file for a local gateway).
+Every failure becomes :class:`AdminError` with one line: the API's own message, or
+what went wrong on the way.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from app.console.admin_token import FILE_NAME
+from app.settings import Settings
+
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
+
+
+class AdminError(Exception):
+    """One readable line: ``HTTP 404: No task with id 'x'.`` or a connection problem."""
+
+
+def default_url(settings: Settings) -> str:
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
+    return os.environ.get("TASKGATE_URL") or f"http://{host}:{settings.port}"
+
+
+def admin_token(url: str, settings: Settings) -> str | None:
+    """``TASKGATE_ADMIN_TOKEN``, else (for a gateway on this machine) the embedded
+    default's token file in the data directory."""
+    if settings.admin_token:
+        return settings.admin_token
+    if urlsplit(url).hostname in _LOCAL_HOSTS:
+        path = Path(settings.data_dir).expanduser() / FILE_NAME
+        if path.is_file():
+            return path.read_text().strip() or None
+    return None
+
+
+def error_message(response: httpx.Response) -> str:
+    """The API's message from an error response, on one line."""
+    try:
+        detail = response.json().get("detail", response.text)
+    except ValueError:
+        detail = response.text
+    if isinstance(detail, list):  # validation errors: [{"loc": [...], "msg": ...}]
+        detail = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', [])[1:])}: {e.get('msg')}"
+                           for e in detail)
+    return f"HTTP {response.status_code}: {' '.join(str(detail).split())}"
+
+
+class AdminClient:
+    """Thin wrapper over ``/admin``; methods return the decoded JSON."""
+
+    def __init__(self, url: str, token: str | None, timeout_s: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s,
+                                 trust_env=False)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            r = self.http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise AdminError(f"cannot reach taskgate at {self.url} ({type(exc).__name__}: {exc})") from None
+        if r.status_code >= 400:
+            raise AdminError(error_message(r))
+        return r.json() if r.content else None
+
+    def tasks(self, status: str | None = None, limit: int = 100) -> list[dict]:
+        params: dict[str, Any] = {"limit": limit}
+        if status:
+            params["status"] = status
+        return self.request("GET", "/admin/tasks", params=params)["data"]
+
+    def task(self, task_id: str) -> dict:
+        return self.request("GET", f"/admin/tasks/{task_id}")
+
+    def create(self, body: dict) -> dict:
+        return self.request("POST", "/admin/tasks", json=body)
+
+    def update(self, task_id: str, body: dict) -> dict:
+        return self.request("PATCH", f"/admin/tasks/{task_id}", json=body)
+
+    def stop(self, task_id: str, reason: str, message: str | None) -> dict:
+        return self.request("POST", f"/admin/tasks/{task_id}/stop",
+                            json={"reason": reason, "message": message})
+
+    def resume(self, task_id: str, reason: str) -> dict:
+        return self.request("POST", f"/admin/tasks/{task_id}/resume", json={"reason": reason})
+
+    def events(self, task_id: str) -> list[dict]:
+        return self.request("GET", f"/admin/tasks/{task_id}/events")["data"]
+
+    def tool_calls(self, task_id: str) -> dict:
+        return self.request("GET", f"/admin/tasks/{task_id}/tool-calls")
+
+    def delete(self, task_id: str) -> None:
+        self.request("DELETE", f"/admin/tasks/{task_id}")
+
+
+def connect(url: str | None) -> AdminClient:
+    """A client for ``url`` (or the default), with the admin token found as above."""
+    settings = Settings()  # read now: the environment of this command, not a cached one
+    url = url or default_url(settings)
+    return AdminClient(url, admin_token(url, settings))
