@@ -25,11 +25,24 @@ def price_table() -> dict[str, Any]:
 
 
 @lru_cache(maxsize=1024)
+def _entry(model: str) -> dict[str, Any] | None:
+    for entry in price_table()["models"]:
+        if fnmatch.fnmatchcase(model, entry["match"]):
+            return entry
+    return None
+
+
 def default_price(model: str) -> Price | None:
     """The built-in price of ``model`` (the name sent upstream): the first entry whose
     ``match`` glob matches it (dated snapshots such as ``gpt-4.1-mini-2025-04-14`` match
     their family), or ``None`` when the table has no such model."""
-    for entry in price_table()["models"]:
-        if fnmatch.fnmatchcase(model, entry["match"]):
-            return Price(**{k: v for k, v in entry.items() if k != "match"})
-    return None
+    entry = _entry(model)
+    if entry is None:
+        return None
+    return Price(**{k: v for k, v in entry.items() if k not in ("match", "max_output_tokens")})
+
+
+def default_max_output_tokens(model: str) -> int | None:
+    """The model's own output ceiling from the built-in table (``None`` when unknown)."""
+    entry = _entry(model)
+    return None if entry is None else entry.get("max_output_tokens")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.config.prices import default_price
+from app.config.prices import default_max_output_tokens, default_price
 from app.config.schema import GatewayConfig, ModelRoute, Price, Provider, ProviderKind
 
 
@@ -25,7 +25,7 @@ class Route:
     """Where one request goes. ``upstream_model``: the ``model`` to forward (equal to the
     requested one unless the entry is an alias). ``price``: the entry's, else the built-in
     table's for ``upstream_model``, else ``None`` (unknown). ``max_output_tokens``: the
-    entry's bound for requests that set none."""
+    entry's bound for requests that set none, else the built-in table's."""
 
     provider_name: str
     provider: Provider
@@ -68,7 +68,8 @@ def resolve(config: GatewayConfig, model: str, kind: ProviderKind) -> Route:
         if provider.kind == kind:
             upstream_model = entry.upstream_model or model
             return Route(entry.provider, provider, model, upstream_model,
-                         entry.price or default_price(upstream_model), entry.max_output_tokens)
+                         entry.price or default_price(upstream_model),
+                         entry.max_output_tokens or default_max_output_tokens(upstream_model))
     if matching:
         names = ", ".join(sorted({e.provider for e in matching}))
         raise WrongFormat(f"Model '{model}' is served by provider {names}, which does not speak the "
