@@ -9,6 +9,7 @@ and opens one pooled upstream client for the process.
 from __future__ import annotations
 
 import asyncio
+import os
 import logging
 import sys
 from contextlib import asynccontextmanager
@@ -22,6 +23,7 @@ import asyncpg
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.admin.routes import router as admin_router
+from app.config import gateway_config
 from app.console import admin_token, hooks
 from app.console import install as console
 from app.console.logs import configure as configure_logging
@@ -84,6 +86,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None, redoc_url=None,  # /docs is served offline by the console
     )
     app.state.settings = settings
+    app.state.gateway_config = gateway_config(settings, os.environ)  # ConfigError: one line
+    app.state.config_from_file = settings.config is not None
     app.state.endpoints = DEFAULT_ENDPOINTS + parse_endpoints(settings.extra_endpoints)
     app.state.known_tokens = KnownTokens()
     app.include_router(admin_router)

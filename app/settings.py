@@ -68,6 +68,11 @@ class Settings(BaseSettings):
     )
 
     # --- upstream providers -----------------------------------------------------
+    config: Path | None = Field(
+        default=None,
+        description="Providers and models file (YAML, see app/config). Unset: one OpenAI provider "
+        "(upstream_*) and one Anthropic provider (anthropic_*) take every model.",
+    )
     upstream_base_url: str = "https://api.openai.com/v1"
     upstream_api_key: str | None = None
     anthropic_base_url: str = "https://api.anthropic.com"

@@ -23,6 +23,7 @@ import tempfile
 
 import click
 
+from app.cli.config import check_config, config_group
 from app.settings import get_settings
 
 
@@ -48,6 +49,7 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
     from app.main import resolve_database
 
     settings = get_settings()
+    check_config(settings)
     if (where := admin_token.ensure(settings)) is not None:
         click.echo(where, err=True)
     # Resolve the database once here so every worker shares it (and the embedded
@@ -111,3 +113,6 @@ def _add_console_commands() -> None:
 
 
 _add_console_commands()
+
+
+main.add_command(config_group)

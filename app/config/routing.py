@@ -96,6 +96,8 @@ def routing_table(config: GatewayConfig) -> list[dict[str, str]]:
             "upstream_model": entry.upstream_model or ("(as requested)" if entry.is_glob else entry.name),
             "price": (f"${price.input_per_mtok:g} in / ${price.output_per_mtok:g} out per MTok ({source})"
                       if price is not None else ("per model, built-in table" if entry.is_glob else "unknown")),
-            "max_output_tokens": str(entry.max_output_tokens or "-"),
+            "max_output_tokens": str(entry.max_output_tokens
+                                     or (None if entry.is_glob else default_max_output_tokens(entry.upstream_model or entry.name))
+                                     or "-"),
         })
     return rows

@@ -17,6 +17,7 @@ upstream.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
@@ -28,6 +29,7 @@ from starlette.routing import Route
 
 from app.admission.admission import admit, authenticate
 from app.admission.tokens import token_hash
+from app.config.schema import Provider, ProviderKind
 from app.console.metrics import LOOP_WARNINGS
 from app.errors import GatewayError
 from app.guard.detector import Action
@@ -38,7 +40,16 @@ from app.proxy.accounting import Accounting
 from app.proxy.auth import require_known_token
 from app.proxy.inbound import CLOSE, check_headers, parse_json_object, read_body, token_from_headers
 from app.proxy.relay import RelayResponse, Watchdog, render_error
-from app.proxy.upstream import is_anthropic, request_headers, upstream_url
+from app.proxy.model_field import rewrite_model
+from app.proxy.providers import (
+    configured_models,
+    default_provider,
+    model_for_id,
+    model_list_body,
+    route_request,
+    wire_kind,
+)
+from app.proxy.upstream import request_headers, upstream_url
 from app.wire import CHAT_COMPLETIONS, UnknownWirePath, format_for_path
 from app.wire.base import WireFormat
 
@@ -95,14 +106,14 @@ def _checked_headers(request: Request) -> tuple[dict[str, str], str]:
 
 
 def _upstream_request(request: Request, method: str, body: bytes | None,
-                      headers: dict[str, str], anthropic: bool) -> httpx.Request:
+                      provider: Provider) -> httpx.Request:
     """The request to send upstream; built before admission, so that nothing the client
     sent can make it fail after the reservation (400 ``invalid_request`` if it does)."""
     state = request.app.state
     try:
         return state.client.build_request(
-            method, upstream_url(state.settings, request.url.path, request.url.query, anthropic),
-            content=body, headers=request_headers(state.settings, request.scope["headers"], anthropic))
+            method, upstream_url(provider, request.url.path, request.url.query), content=body,
+            headers=request_headers(provider, request.scope["headers"], state.settings.forward_proxy_headers))
     except (httpx.InvalidURL, ValueError) as exc:
         raise GatewayError(400, "invalid_request_error", "invalid_request",
                            f"taskgate cannot forward this request ({type(exc).__name__}). Nothing "
@@ -126,12 +137,20 @@ async def proxy_post(request: Request) -> Response:
         await require_known_token(pool, state.known_tokens, hashed)
     body = await read_body(request.stream(), headers.get("content-length"),
                            settings.max_body_bytes, settings.body_timeout_s)
-    anthropic = is_anthropic(path)
+    kind = wire_kind(path)
     payload: dict[str, Any] = {}
-    if endpoint.kind != endpoints.EXTRA:
+    if endpoint.kind == endpoints.EXTRA:
+        provider = default_provider(state.gateway_config, kind)
+    else:
         payload = parse_json_object(body)
+        requested = payload.get("model")
+        route = route_request(state.gateway_config, kind, requested if isinstance(requested, str) else None)
+        provider = route.provider
+        if route.is_alias:  # only the model field changes; every other byte as sent
+            body = rewrite_model(body, route.upstream_model)
+            payload["model"] = route.upstream_model
     stream_requested = payload.get("stream") is True
-    upstream_request = _upstream_request(request, "POST", body, headers, anthropic)
+    upstream_request = _upstream_request(request, "POST", body, provider)
     conv_key, model, guard = "", None, None
     if endpoint.kind == endpoints.INFERENCE:
         try:
@@ -188,13 +207,16 @@ async def proxy_get(request: Request) -> Response:
     state = request.app.state
     settings = state.settings
     path = request.url.path
-    anthropic = is_anthropic(path, _headers(request))
-    fmt = wire_format("/v1/messages" if anthropic else path)
+    kind = wire_kind(path, _headers(request))
+    fmt = wire_format("/v1/messages" if kind == "anthropic" else path)
     try:
-        _endpoint(request)
-        headers, token = _checked_headers(request)
+        endpoint = _endpoint(request)
+        _, token = _checked_headers(request)
         task = await authenticate(state.db, token_hash(token))
-        upstream_request = _upstream_request(request, "GET", None, headers, anthropic)
+        if state.config_from_file and endpoint.template.startswith("/v1/models"):
+            return await _models_response(state, kind, path)
+        provider = default_provider(state.gateway_config, kind)
+        upstream_request = _upstream_request(request, "GET", None, provider)
     except GatewayError as err:
         return _render(fmt, err)
     return RelayResponse(
@@ -203,6 +225,37 @@ async def proxy_get(request: Request) -> Response:
         total_timeout_s=settings.upstream_timeout_s,
         on_finish=_nothing, endpoint=path, model=None,
     )
+
+
+async def _models_response(state: Any, kind: ProviderKind, path: str) -> Response:
+    """``GET /v1/models`` and ``/v1/models/{id}`` answered from the configuration file;
+    the list adds the own lists of providers configured with ``list_models: true``."""
+    config = state.gateway_config
+    if path.rstrip("/") != "/v1/models":
+        body = model_for_id(config, kind, path.removeprefix("/v1/models/"))
+        return Response(json.dumps(body), media_type="application/json")
+    models = configured_models(config, kind)
+    for name, provider in config.providers.items():
+        if provider.list_models and provider.kind == kind:
+            models += await _provider_models(state, name, provider)
+    unique = {m["id"]: m for m in reversed(models)}  # first occurrence wins
+    body = model_list_body(list(reversed(unique.values())), kind == "anthropic")
+    return Response(json.dumps(body), media_type="application/json")
+
+
+async def _provider_models(state: Any, name: str, provider: Provider) -> list[dict[str, Any]]:
+    """A provider's own ``GET /models`` list (its ``data``), or ``[]`` (logged) when it
+    cannot be had within the connect timeout."""
+    headers = request_headers(provider, [(b"anthropic-version", b"2023-06-01")]
+                              if provider.kind == "anthropic" else [])
+    try:
+        async with asyncio.timeout(state.settings.upstream_connect_timeout_s):
+            response = await state.client.get(upstream_url(provider, "/v1/models", ""), headers=headers)
+            data = response.json().get("data") if response.status_code == 200 else None
+    except (httpx.HTTPError, TimeoutError, ValueError, AttributeError) as exc:
+        logger.warning("could not list the models of provider %s: %s", name, type(exc).__name__)
+        return []
+    return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)] if isinstance(data, list) else []
 
 
 #: The proxy's routes: plain Starlette routes (no FastAPI parameter machinery on the

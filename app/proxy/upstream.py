@@ -1,8 +1,10 @@
 """Where a request goes out: provider URLs, header hygiene and the shared client.
 
-The task token never leaves the gateway: ``authorization`` and ``x-api-key`` are
-dropped and the provider key is set instead (OpenAI-style providers:
-``Authorization: Bearer``; Anthropic: ``x-api-key``). Hop-by-hop headers
+Which provider serves a request is decided by :mod:`app.proxy.providers`; this module
+builds the request for that :class:`~app.config.schema.Provider`. The task token never
+leaves the gateway: ``authorization`` and ``x-api-key`` are dropped and the provider
+key is set instead (``openai`` providers: ``Authorization: Bearer``; ``anthropic``:
+``x-api-key``), after the provider's configured extra ``headers``. Hop-by-hop headers
 (RFC 9110 §7.6.1) are not forwarded in either direction. The client's ``forwarded``,
 ``x-forwarded-*`` and ``x-real-ip`` are dropped unless ``forward_proxy_headers`` is set.
 Other request headers are forwarded byte for byte (see :mod:`app.proxy.inbound`).
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import httpx
 
+from app.config.schema import Provider
 from app.proxy.transport import UpstreamTransport, no_cookies
 from app.settings import Settings
 
@@ -40,40 +43,41 @@ def is_anthropic(path: str, headers: dict[str, str] | None = None) -> bool:
     return headers is not None and "anthropic-version" in headers
 
 
-def upstream_url(settings: Settings, path: str, query: str, anthropic: bool) -> str:
+def upstream_url(provider: Provider, path: str, query: str) -> str:
     """The provider URL for a gateway path (``/v1/...``), keeping the query string.
 
-    OpenAI-style paths replace the gateway's ``/v1`` with ``upstream_base_url`` (which
-    ends in its own version segment); Anthropic paths are appended to
-    ``anthropic_base_url`` as they are.
+    ``openai`` providers replace the gateway's ``/v1`` with their ``base_url`` (which
+    ends in its own version segment); ``anthropic`` paths are appended to the
+    ``base_url`` (the host) as they are.
     """
-    if anthropic:
-        url = settings.anthropic_base_url.rstrip("/") + path
+    if provider.kind == "anthropic":
+        url = provider.base_url + path
     else:
-        url = settings.upstream_base_url.rstrip("/") + path.removeprefix("/v1")
+        url = provider.base_url + path.removeprefix("/v1")
     return f"{url}?{query}" if query else url
 
 
-def request_headers(settings: Settings, incoming: list[tuple[bytes, bytes]],
-                    anthropic: bool) -> list[tuple[bytes, bytes]]:
+def request_headers(provider: Provider, incoming: list[tuple[bytes, bytes]],
+                    forward_proxy_headers: bool = False) -> list[tuple[bytes, bytes]]:
     """Headers to send upstream, as raw pairs: the client's (ASGI: lower-case names,
-    values as sent), minus credentials, hop-by-hop and proxy headers, plus the
-    provider key."""
-    keep_proxy = settings.forward_proxy_headers
+    values as sent), minus credentials, hop-by-hop and (unless ``forward_proxy_headers``)
+    proxy headers, plus the provider's extra headers and its key."""
+    extra = {name.encode("latin-1") for name in provider.headers}
     out = []
     for name, value in incoming:
         text = name.decode("latin-1")
-        if text in _DROP_REQUEST:
+        if text in _DROP_REQUEST or name in extra:
             continue
-        if not keep_proxy and (text in _PROXY_HEADERS or text.startswith("x-forwarded-")):
+        if not forward_proxy_headers and (text in _PROXY_HEADERS or text.startswith("x-forwarded-")):
             continue
         out.append((name, value))
     out.append((b"accept-encoding", b"identity"))
-    if anthropic:
-        if settings.anthropic_api_key:
-            out.append((b"x-api-key", settings.anthropic_api_key.encode()))
-    elif settings.upstream_api_key:
-        out.append((b"authorization", f"Bearer {settings.upstream_api_key}".encode()))
+    out.extend((name.encode("latin-1"), value.encode()) for name, value in provider.headers.items())
+    if provider.api_key:
+        if provider.kind == "anthropic":
+            out.append((b"x-api-key", provider.api_key.encode()))
+        else:
+            out.append((b"authorization", f"Bearer {provider.api_key}".encode()))
     return out
 
 
