@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 import click
+from rich.console import Console
 from rich.table import Table
 
 from app.cli.render import out
@@ -45,4 +46,4 @@ def check(path: str | None) -> None:
     table = Table(*COLUMNS, box=None, header_style="bold")
     for row in routing_table(config):
         table.add_row(*(row[c] for c in COLUMNS))
-    out.print(table)
+    Console(highlight=False, width=max(out.width, 160)).print(table)  # read whole, not truncated
