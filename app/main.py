@@ -44,13 +44,14 @@ logger = logging.getLogger("app.main")
 
 async def resolve_database(settings: Settings) -> str:
     """The database URL to use: ``database_url``, or a started embedded PostgreSQL.
-    Migrates the embedded database always, a configured one when ``migrate_on_start``."""
+    Migrates the embedded database always, a configured one when ``migrate_on_start``
+    (over ``migration_database_url`` when set)."""
     url = settings.database_url
     if url is None:
         url = await asyncio.to_thread(embedded.start, settings.data_dir)
         await migrate.upgrade_async(url)
     elif settings.migrate_on_start:
-        await migrate.upgrade_async(url)
+        await migrate.upgrade_async(settings.migration_database_url or url)
     return url
 
 

@@ -50,12 +50,35 @@ class Settings(BaseSettings):
         description="Run alembic migrations at start-up (always done for the embedded database).",
     )
     database_pool_size: int = 10
-    synchronous_commit: bool = Field(
-        default=False,
-        description="Wait for the disk on every admission commit (see app/db/engine.py).",
-    )
     database_timeout_s: float = Field(
         default=5.0, description="Connect and statement timeout for admission queries."
+    )
+
+    # --- database: replicas, PgBouncer, faults (see README "Faults") ------------
+    migration_database_url: str | None = Field(
+        default=None,
+        description="postgresql+asyncpg:// URL used by `taskgate migrate` and start-up migrations "
+        "(a direct connection when database_url goes through PgBouncer). Unset: database_url.",
+    )
+    database_statement_cache_size: int = Field(
+        default=0, ge=0,
+        description="Named prepared statements asyncpg keeps per connection. 0 works through "
+        "PgBouncer in transaction mode; raise it (e.g. 100) only for a direct connection.",
+    )
+    accounting_retry_s: float = Field(
+        default=60.0, ge=0,
+        description="Seconds post-response accounting (usage, ledger, events) is retried with "
+        "backoff while the database is unreachable before the record is dropped and logged.",
+    )
+    embedded_pgdata: Path | None = Field(
+        default=None,
+        description="Set by `taskgate serve` for its workers: the embedded PostgreSQL data "
+        "directory they supervise (restart on crash). Not an operator setting.",
+    )
+    fault_log_interval_s: float = Field(
+        default=10.0, gt=0,
+        description="Repeated failures of one kind (database unreachable, ...) are logged once, "
+        "then at most once per this many seconds with a count.",
     )
 
     # --- listening --------------------------------------------------------------

@@ -1,4 +1,12 @@
-"""Run the alembic migrations in ``migrations/`` against a database URL."""
+"""Run the alembic migrations in ``migrations/`` against a database URL.
+
+Concurrent starters are serialised: ``migrations/env.py`` takes the transaction-level
+advisory lock :data:`MIGRATION_LOCK_KEY` (``pg_advisory_xact_lock``) before alembic reads
+``alembic_version``, so of N gateways migrating one fresh database at once, one applies
+the migrations and the others wait, then find nothing to do. A transaction-level lock
+also holds through PgBouncer in transaction mode; the engine there uses unique,
+uncached prepared statement names for the same reason.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,9 @@ from alembic.config import Config
 import migrations
 
 MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
+
+#: ``pg_advisory_xact_lock`` key held while migrating ("taskgate" in ASCII).
+MIGRATION_LOCK_KEY = int.from_bytes(b"taskgate", "big")
 
 
 def alembic_config(database_url: str) -> Config:

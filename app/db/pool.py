@@ -5,14 +5,18 @@ hot path SQLAlchemy's per-statement machinery (implicit ``BEGIN``/``ROLLBACK`` r
 trips, greenlet switches, result processing) cost several times the query itself.
 SQLAlchemy still owns the schema (:mod:`app.db.schema`) and the alembic migrations.
 
-Commit durability: hot-path transactions (admission counters, usage, ledger rows)
-commit with ``synchronous_commit`` off unless ``TASKGATE_SYNCHRONOUS_COMMIT`` is set:
-PostgreSQL then acknowledges a commit before its WAL reaches disk, which takes the
-fsync (milliseconds on most disks) off every request. The database stays consistent;
-a *crash* of the PostgreSQL host can lose the last ~0.6 s of such commits (at most
-3 × ``wal_writer_delay``): a handful of counter increments. Transactions that set or
-clear a stop latch, and admin changes, call :func:`durable` and always wait for the
-disk. See https://www.postgresql.org/docs/current/wal-async-commit.html.
+Commit durability: every commit waits for its WAL to reach the disk (PostgreSQL's
+default ``synchronous_commit = on``), so an admitted reservation survives a crash of
+PostgreSQL before any byte goes upstream. Only the post-response accounting (usage,
+ledger rows, stream events) opts out, with ``SET LOCAL synchronous_commit = off`` inside
+its own transactions (:func:`relaxed`): a PostgreSQL crash can lose the last ~0.6 s of
+those (at most 3 × ``wal_writer_delay``). See
+https://www.postgresql.org/docs/current/wal-async-commit.html.
+
+PgBouncer in transaction mode: nothing here needs session state. No startup parameter
+beyond ``application_name``, per-transaction settings with ``SET LOCAL``, and no named
+prepared statement outlives its transaction unless ``database_statement_cache_size`` is
+raised (only for a direct connection to PostgreSQL).
 """
 
 from __future__ import annotations
@@ -44,22 +48,30 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 async def create_pool(database_url: str, settings: Settings) -> asyncpg.Pool:
     """A pool of up to ``database_pool_size`` connections; connects and queries time out
     after ``database_timeout_s`` seconds, so an unreachable database fails a request
-    (503) instead of hanging it. JSON and JSONB columns decode to Python objects."""
+    (503) instead of hanging it. JSON and JSONB columns decode to Python objects.
+
+    With ``database_statement_cache_size`` 0 (the default) asyncpg uses only the unnamed
+    statement, which works through PgBouncer in transaction mode and directly."""
     return await asyncpg.create_pool(
         asyncpg_dsn(database_url),
         min_size=1,
         max_size=settings.database_pool_size,
         timeout=settings.database_timeout_s,
         command_timeout=settings.database_timeout_s,
+        statement_cache_size=settings.database_statement_cache_size,
         init=_init_connection,
         reset=_keep_session,
-        server_settings={
-            "application_name": "taskgate",
-            "synchronous_commit": "on" if settings.synchronous_commit else "off",
-        },
+        server_settings={"application_name": "taskgate"},
     )
 
 
 async def durable(conn: asyncpg.Connection) -> None:
-    """Make the current transaction's commit wait for the disk (latches, admin changes)."""
+    """Make the current transaction's commit wait for the disk (latches, admin changes),
+    even where an operator turned ``synchronous_commit`` off for the database."""
     await conn.execute("SET LOCAL synchronous_commit = on")
+
+
+async def relaxed(conn: asyncpg.Connection) -> None:
+    """Let the current transaction commit without waiting for the disk (post-response
+    accounting only: it is never a reservation)."""
+    await conn.execute("SET LOCAL synchronous_commit = off")

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 import asyncpg
 
 from app.db import tasks as task_rows
+from app.db.pool import relaxed
 from app.guard.detector import Action, CallRecord, Thresholds, Verdict, detect, window_size
 from app.guard.fingerprint import (
     DEFAULT_ERROR_PATTERNS,
@@ -181,9 +182,12 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
     async with pool.acquire() as conn:
         if not summary.tool_calls:
             if usage is not None and usage.total_tokens:
-                await conn.execute(_ADD_USAGE, task_id, usage.input_tokens, usage.output_tokens)
+                async with conn.transaction():
+                    await relaxed(conn)
+                    await conn.execute(_ADD_USAGE, task_id, usage.input_tokens, usage.output_tokens)
             return None
         async with conn.transaction():
+            await relaxed(conn)  # a latch set below makes this commit durable again
             task = await task_rows.lock_task(conn, task_id=task_id)
             if task is None:
                 return None

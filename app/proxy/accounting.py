@@ -15,6 +15,7 @@ import asyncpg
 
 from app.console import hooks
 from app.db import tasks as task_rows
+from app.db.pool import relaxed
 from app.guard.ledger import record_response
 from app.proxy.relay import Outcome
 from app.settings import Settings
@@ -57,6 +58,7 @@ class Accounting:
         if kind is None:
             return
         async with self.pool.acquire() as conn, conn.transaction():
+            await relaxed(conn)  # a latch set below makes this commit durable again
             await task_rows.lock_task(conn, task_id=self.task_id)
             await task_rows.add_event(conn, self.task_id, kind, outcome.detail.get("code"),
                                       outcome.detail)
