@@ -140,6 +140,7 @@ class StopWatcher:
             try:
                 conn = await asyncpg.connect(asyncpg_dsn(self.listen_url),
                                              timeout=self.settings.database_timeout_s,
+                                             statement_cache_size=0,  # may be PgBouncer
                                              server_settings={"application_name": "taskgate-stop-listener"})
             except Exception as exc:  # noqa: BLE001
                 logger.warning("stop listener cannot connect (%r); polling meanwhile", exc)
