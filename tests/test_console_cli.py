@@ -96,8 +96,9 @@ def test_run_agent_until_stopped(gateway, admin, wire):
     assert p.returncode == 3, p.stderr  # the agent's own exit status
     assert p.stdout.splitlines()[:3] == [f"turn {i}: " + p.stdout.splitlines()[i - 1].split(": ", 1)[1]
                                          for i in (1, 2, 3)]
-    assert p.stdout.splitlines()[3] == "turn 4: refused (403)"
+    assert p.stdout.splitlines()[3].startswith("turn 4: refused (4")  # 403 (409 on /v1/messages once stopped)
     assert f"taskgate: task {task_id} stopped (request_limit); requests 3/3" in p.stderr
+    assert f"taskgate: Task '{task_id}' is stopped (request_limit: it used all 3 requests" in p.stderr
     task = admin.task(task_id)
     assert task["status"] == "stopped" and task["admitted_requests"] == 3
 

@@ -19,6 +19,7 @@ import asyncpg
 
 from app.admin import schemas
 from app.admission.tokens import new_token, token_hash
+from app.console.sentences import event_message, stop_message
 from app.db import tasks as task_rows
 from app.db.pool import durable
 from app.guard.detector import CallRecord, detect
@@ -65,6 +66,7 @@ _PATCHABLE = ("request_limit", "max_duration_s", "token_limit", "tool_call_limit
 def _task(row: Any) -> schemas.Task:
     d = dict(row)
     d["total_tokens"] = d["input_tokens"] + d["output_tokens"]
+    d["stop_message"] = stop_message(d)
     return schemas.Task.model_validate(d)
 
 
@@ -183,7 +185,8 @@ async def task_events(task_id: str, request: Request, after: int = 0,
         if await conn.fetchrow(_GET, task_id) is None:
             raise _not_found(task_id)
         rows = await conn.fetch(_EVENTS, task_id, after, limit)
-    return schemas.TaskEventList(data=[schemas.TaskEvent.model_validate(dict(r)) for r in rows])
+    return schemas.TaskEventList(data=[schemas.TaskEvent.model_validate(
+        {**dict(r), "message": event_message(r["kind"], r["reason"], r["detail"])}) for r in rows])
 
 
 @router.get("/tasks/{task_id}/tool-calls", response_model=schemas.ToolCallList)

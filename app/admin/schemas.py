@@ -83,6 +83,8 @@ class Task(BaseModel):
     status: Literal["active", "stopped"]
     stop_reason: str | None
     stop_detail: dict[str, Any] | None
+    stop_message: str | None = Field(None, description="While stopped: the message a refused request of "
+                                     "this task gets (why it stopped, in words, with its counters).")
     stopped_at: datetime | None
     admitted_requests: int
     request_limit: int
@@ -119,6 +121,7 @@ class TaskEvent(BaseModel):
     kind: str
     reason: str | None
     detail: dict[str, Any]
+    message: str = Field("", description="What the event records, in words.")
     created_at: datetime
 
 

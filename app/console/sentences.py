@@ -1,8 +1,8 @@
 """Readable sentences for tasks and their events (pure functions over rows).
 
 :func:`stop_message` is exactly the message a refused request of the task gets
-(:func:`app.errors.task_stopped` with :func:`app.admission.limits.explain_stop`), so
-the operator reads what the agent read. :func:`event_message` says in words what one
+(:func:`app.proxy.stop_watch.stop_refusal`, the refusal admission and the stop watcher
+answer with), so the operator reads what the agent read. :func:`event_message` says in words what one
 ``task_events`` row records.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from app.admission.limits import counters_sentence, explain_stop
-from app.errors import task_stopped
+from app.admission.limits import explain_stop
+from app.proxy.stop_watch import stop_refusal
 
 
 def stop_message(task: Mapping[str, Any]) -> str | None:
@@ -19,9 +19,7 @@ def stop_message(task: Mapping[str, Any]) -> str | None:
     task is active. ``task`` is a ``tasks`` row."""
     if task.get("status") != "stopped":
         return None
-    reason = task.get("stop_reason") or "stopped"
-    return task_stopped(task["id"], reason, counters_sentence(task),
-                        explain_stop(task.get("stop_reason"), task.get("stop_detail"))).message
+    return stop_refusal(dict(task)).message
 
 
 def event_message(kind: str, reason: str | None, detail: Mapping[str, Any] | None) -> str:
