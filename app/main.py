@@ -33,6 +33,7 @@ from app.errors import GatewayError, unavailable
 from app.proxy.auth import KnownTokens
 from app.proxy.endpoints import DEFAULT_ENDPOINTS, parse_endpoints
 from app.proxy.open_requests import OpenRequests
+from app.proxy.redact import Redactor, provider_keys
 from app.proxy.routes import error_response
 from app.proxy.routes import routes as proxy_routes
 from app.proxy.stop_watch import StopWatcher
@@ -91,6 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.config_from_file = settings.config is not None
     app.state.endpoints = DEFAULT_ENDPOINTS + parse_endpoints(settings.extra_endpoints)
     app.state.known_tokens = KnownTokens()
+    app.state.redactor = Redactor(provider_keys(settings))
     app.include_router(admin_router)
     app.router.routes.extend(proxy_routes)
     console.install(app, settings)

@@ -15,6 +15,10 @@
   error event (:meth:`app.wire.base.WireFormat.stream_error`).
 - **Bodies** are read whole (bounded by ``upstream_timeout_s``) and passed through
   unchanged with upstream's status and headers.
+- **Which is which**: a ``text/event-stream`` response is a stream; so is a successful
+  response to a request that asked for one (``"stream": true``) whose first bytes are an
+  SSE field or comment, whatever its content type (``text/plain``, ``application/json``).
+- **Provider keys** are masked in relayed headers and bytes (:mod:`app.proxy.redact`).
 - **Client disconnects** are watched for the whole exchange; the upstream request is
   cancelled at once and its connection released.
 - **Stops**: :meth:`RelayResponse.cut` ends the exchange when its task is latched
@@ -34,15 +38,17 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import httpx
 from starlette.responses import Response
 
 from app.errors import ANTHROPIC_ERROR_TYPES, GatewayError
 from app.proxy.open_requests import OpenRequests
+from app.proxy.redact import Redactor
 from app.proxy.upstream import response_headers
 from app.wire.base import EventKind, ResponseSummary, StreamObserver, WireFormat
+from app.proxy.sniff import sniff_stream
 from app.wire.sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, SSEEventTooLarge
 
 logger = logging.getLogger(__name__)
@@ -96,12 +102,21 @@ class RelayResponse(Response):
         self.outcome = Outcome(detail={"endpoint": endpoint, "model": model})
         self._response_started = False
         self._observer: StreamObserver | None = None
+        self._body_chunks: AsyncIterator[bytes] | None = None  # a body whose start was sniffed
         self.background = None
         self._task: asyncio.Future | None = None  # the relay, while it runs
         self._stop: GatewayError | None = None  # set by cut()
         self._reading: asyncio.Timeout | None = None  # the stream read in progress
         self._streaming = self._ended = False
         self._untrack: Callable[[], None] | None = None
+
+    #: Masks provider keys in what is relayed; none until :meth:`redacting`.
+    redact: Redactor = Redactor(())
+
+    def redacting(self, redactor: Redactor) -> "RelayResponse":
+        """Mask ``redactor``'s provider keys in relayed headers and bytes."""
+        self.redact = redactor
+        return self
 
     def track(self, registry: OpenRequests, task_id: str) -> "RelayResponse":
         """Make this exchange cuttable by a stop of ``task_id`` until it finishes."""
@@ -184,9 +199,21 @@ class RelayResponse(Response):
                              f"The upstream provider could not be reached ({type(exc).__name__}).") from None
         try:
             self.outcome.status = upstream.status_code
-            content_type = upstream.headers.get("content-type", "")
-            if content_type.startswith("text/event-stream"):
-                await self._relay_stream(send, upstream, started)
+            chunks = None
+            if upstream.headers.get("content-type", "").startswith("text/event-stream"):
+                chunks = upstream.aiter_raw()
+            elif self.stream_requested and upstream.is_success:
+                try:
+                    is_stream, sniffed = await sniff_stream(upstream, headers_deadline)
+                except TimeoutError:
+                    raise self._fail("upstream_timeout", 504, "upstream_timeout",
+                                     "The upstream provider did not answer in time.") from None
+                except httpx.HTTPError as exc:
+                    raise self._fail("truncated", 502, "upstream_error",
+                                     f"The upstream response broke off ({type(exc).__name__}).") from None
+                chunks, self._body_chunks = (sniffed, None) if is_stream else (None, sniffed)
+            if chunks is not None:
+                await self._relay_stream(send, upstream, started, chunks)
             else:
                 await self._relay_body(send, upstream, started + self.total_timeout_s)
         finally:
@@ -195,7 +222,10 @@ class RelayResponse(Response):
     async def _relay_body(self, send: Callable, upstream: httpx.Response, deadline: float) -> None:
         try:
             async with asyncio.timeout_at(deadline):
-                body = await upstream.aread()
+                if self._body_chunks is None:
+                    body = await upstream.aread()
+                else:
+                    body = b"".join([chunk async for chunk in self._body_chunks])
         except TimeoutError:
             raise self._fail("upstream_timeout", 504, "upstream_timeout",
                              "The upstream provider did not finish its response in time.") from None
@@ -203,7 +233,7 @@ class RelayResponse(Response):
             raise self._fail("truncated", 502, "upstream_error",
                              f"The upstream response broke off ({type(exc).__name__}).") from None
         await self._start(send, upstream)
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+        await send({"type": "http.response.body", "body": self.redact(body), "more_body": False})
         if upstream.status_code == 200 and body[:1] == b"{":
             try:
                 self.outcome.summary = self.fmt.parse_response(json.loads(body))
@@ -211,12 +241,12 @@ class RelayResponse(Response):
                 pass
         self.outcome.summary.terminal_seen = True
 
-    async def _relay_stream(self, send: Callable, upstream: httpx.Response, started: float) -> None:
+    async def _relay_stream(self, send: Callable, upstream: httpx.Response, started: float,
+                            chunks: AsyncIterator[bytes]) -> None:
         loop = asyncio.get_running_loop()
         wd = self.watchdog
         observer = self._observer = self.fmt.stream_observer()
         decoder = SSEDecoder()
-        chunks = upstream.aiter_raw()
         deadline = started + wd.first_event_timeout_s if wd.first_event_timeout_s else None
         first_content_at: float | None = None
         last_data_at: float | None = None
@@ -258,7 +288,7 @@ class RelayResponse(Response):
                 del held[:cut]
             paused_at = loop.time()
             if out:
-                await send({"type": "http.response.body", "body": out, "more_body": True})
+                await send({"type": "http.response.body", "body": self.redact(out), "more_body": True})
             resumed_at = loop.time()
             relayed_bytes += len(out)
             try:
@@ -290,7 +320,7 @@ class RelayResponse(Response):
                     deadline = resumed_at + wd.idle_timeout_s if wd.idle_timeout_s else None
             if terminal:
                 if held:
-                    await send({"type": "http.response.body", "body": bytes(held), "more_body": True})
+                    await send({"type": "http.response.body", "body": self.redact(bytes(held)), "more_body": True})
                     relayed_bytes += len(held)
                 break  # nothing may follow the terminal event; do not wait for the close
             if deadline is not None:
@@ -324,7 +354,7 @@ class RelayResponse(Response):
     async def _start(self, send: Callable, upstream: httpx.Response) -> None:
         self._response_started = True
         await send({"type": "http.response.start", "status": upstream.status_code,
-                    "headers": response_headers(upstream.headers)})
+                    "headers": self.redact.headers(response_headers(upstream.headers))})
 
     def _fail(self, kind: str, status: int, code: str, message: str) -> GatewayError:
         self.outcome.kind = kind

@@ -181,7 +181,7 @@ async def proxy_post(request: Request) -> Response:
                              settings.loop_guard_enabled and endpoint.kind == endpoints.INFERENCE,
                              stream=stream_requested),
         endpoint=path, model=model,
-    ).track(state.open_requests, task["id"])  # a stop of the task cuts it (app/proxy/stop_watch.py)
+    ).track(state.open_requests, task["id"]).redacting(state.redactor)  # track: a stop cuts it
 
 
 def _with_notice(request: Request, upstream_request: httpx.Request, fmt: WireFormat,
@@ -224,7 +224,7 @@ async def proxy_get(request: Request) -> Response:
         stream_requested=False, watchdog=_watchdog(task, settings),
         total_timeout_s=settings.upstream_timeout_s,
         on_finish=_nothing, endpoint=path, model=None,
-    )
+    ).redacting(state.redactor)
 
 
 async def _models_response(state: Any, kind: ProviderKind, path: str) -> Response:

@@ -13,20 +13,78 @@ Follows the WHATWG HTML "Server-sent events" event stream interpretation
 - at end of stream an event not closed by a blank line is discarded.
 
 Chunk boundaries may fall anywhere: mid-line, inside a multi-byte UTF-8 sequence,
-or between the ``\\r`` and ``\\n`` of a line end. Line splitting is
-:class:`httpx_sse._decoders.SSELineDecoder` behind an incremental UTF-8 decoder; the
-field handling is local because ``httpx_sse.SSEDecoder`` dispatches blocks without
-data lines and keeps re-dispatching after an ``id`` line.
+or between the ``\\r`` and ``\\n`` of a line end. Line splitting
+(:class:`LineSplitter`) sits behind an incremental UTF-8 decoder. Both are local:
+``httpx_sse`` keeps its line decoder in a private module, and its ``SSEDecoder``
+dispatches blocks without data lines and keeps re-dispatching after an ``id`` line.
+
+:func:`looks_like_sse` tells an event stream from a JSON body by its first bytes, for
+upstreams that send a stream under another content type.
 """
 
 from __future__ import annotations
 
 import codecs
 
-from httpx_sse._decoders import SSELineDecoder
 
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
 """Default bound on one pending SSE event (16 MiB)."""
+
+
+#: How an event stream can begin: a field line or a comment (after an optional BOM).
+_SSE_STARTS = (b"data:", b"event:", b"id:", b"retry:", b":", b"data\n", b"data\r")
+
+
+def looks_like_sse(prefix: bytes) -> bool:
+    """Whether the first bytes of a body begin an SSE stream (a ``data``/``event``/
+    ``id``/``retry`` field or a comment line) rather than, say, a JSON document."""
+    return prefix.removeprefix(b"\xef\xbb\xbf").lstrip(b" \t\r\n").startswith(_SSE_STARTS)
+
+
+class LineSplitter:
+    """Split text arriving in pieces into lines ended by ``\\r\\n``, ``\\n`` or
+    ``\\r`` (only those: unlike :meth:`str.splitlines`). ``buffer`` holds the pieces of
+    the unterminated last line; a trailing ``\\r`` is held back until the next piece
+    shows whether a ``\\n`` follows."""
+
+    __slots__ = ("buffer", "_trailing_cr")
+
+    def __init__(self) -> None:
+        self.buffer: list[str] = []
+        self._trailing_cr = False
+
+    def decode(self, text: str) -> list[str]:
+        """The lines completed by ``text``, without their line ends."""
+        if self._trailing_cr:
+            text = "\r" + text
+            self._trailing_cr = False
+        if text.endswith("\r"):
+            self._trailing_cr = True
+            text = text[:-1]
+        if not text:
+            return []
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        elif "\n" not in text:
+            self.buffer.append(text)  # no line end: joined once the line completes
+            return []
+        lines = text.split("\n")
+        if self.buffer:
+            lines[0] = "".join(self.buffer) + lines[0]
+            self.buffer = []
+        last = lines.pop()  # "" when text ended with a line end
+        if last:
+            self.buffer = [last]
+        return lines
+
+    def flush(self) -> list[str]:
+        """End of input: the unterminated last line, if any (``[]`` otherwise)."""
+        if not self.buffer and not self._trailing_cr:
+            return []
+        lines = ["".join(self.buffer)]
+        self.buffer = []
+        self._trailing_cr = False
+        return lines
 
 
 class SSEEventTooLarge(Exception):
@@ -73,7 +131,7 @@ class SSEDecoder:
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._utf8_pending = False  # the UTF-8 decoder holds a partial sequence
         self._at_start = True  # no text decoded yet: a BOM may come
-        self._lines = SSELineDecoder()
+        self._lines = LineSplitter()
         self._event = ""
         self._data: list[str] = []
         self._data_size = 0
