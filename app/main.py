@@ -92,7 +92,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.config_from_file = settings.config is not None
     app.state.endpoints = DEFAULT_ENDPOINTS + parse_endpoints(settings.extra_endpoints)
     app.state.known_tokens = KnownTokens()
-    app.state.redactor = Redactor(provider_keys(settings))
+    app.state.redactor = Redactor(provider_keys(settings, app.state.gateway_config.providers.values()))
     app.include_router(admin_router)
     app.router.routes.extend(proxy_routes)
     console.install(app, settings)

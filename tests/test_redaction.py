@@ -30,8 +30,9 @@ def test_redactor_masks_every_key_and_leaves_other_bytes_alone() -> None:
 
     class P:
         api_key = "sk-three-1234567"
+        headers = {"api-key": "azure-secret-123", "Authorization": "Bearer tok-12345678", "x-title": "My app"}
 
-    assert provider_keys(S(), [P()]) == ["sk-one-1234567", "sk-three-1234567"]
+    assert provider_keys(S(), [P()]) == ["sk-one-1234567", "sk-three-1234567", "azure-secret-123", "tok-12345678"]
 
 
 def test_upstream_errors_echoing_the_key_are_redacted(gateway, admin, upstream):

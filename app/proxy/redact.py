@@ -45,9 +45,19 @@ class Redactor:
         return [(name, self(value)) for name, value in raw]
 
 
+#: Provider header names whose values are credentials (e.g. Azure ``api-key``).
+_SECRET_HEADER_WORDS = ("key", "token", "auth", "secret")
+
+
 def provider_keys(settings: object, providers: Iterable[object] = ()) -> list[str]:
-    """Every provider key the gateway holds: ``upstream_api_key``,
-    ``anthropic_api_key`` and the ``api_key`` of each configured provider."""
+    """Every provider credential the gateway holds: ``upstream_api_key``,
+    ``anthropic_api_key``, and each configured provider's ``api_key`` and values of its
+    extra ``headers`` named like a credential (``*key*``, ``*token*``, ``*auth*``,
+    ``*secret*``; a ``Bearer`` prefix dropped)."""
     keys = [getattr(settings, "upstream_api_key", None), getattr(settings, "anthropic_api_key", None)]
-    keys += [getattr(p, "api_key", None) for p in providers]
+    for provider in providers:
+        keys.append(getattr(provider, "api_key", None))
+        for name, value in (getattr(provider, "headers", None) or {}).items():
+            if any(word in name.lower() for word in _SECRET_HEADER_WORDS):
+                keys.append(value.removeprefix("Bearer ").removeprefix("bearer "))
     return [k for k in keys if k]
