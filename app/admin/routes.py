@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 from collections import defaultdict
+from decimal import Decimal
 from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
@@ -41,12 +42,13 @@ router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(_requi
 
 _INSERT = (
     "INSERT INTO tasks (id, token_hash, request_limit, max_duration_s, token_limit, tool_call_limit,"
-    " max_stalls, stream_idle_timeout_s, stream_first_event_timeout_s, loop_guard, metadata)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING *"
+    " max_stalls, stream_idle_timeout_s, stream_first_event_timeout_s, loop_guard, metadata,"
+    " cost_limit_usd, allowed_models)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING *"
 )
 _INSERT_COLUMNS = ("id", "token_hash", "request_limit", "max_duration_s", "token_limit", "tool_call_limit",
                    "max_stalls", "stream_idle_timeout_s", "stream_first_event_timeout_s", "loop_guard",
-                   "metadata")
+                   "metadata", "cost_limit_usd", "allowed_models")
 _GET = "SELECT * FROM tasks WHERE id = $1"
 _LIST = ("SELECT * FROM tasks WHERE ($1::text IS NULL OR status = $1)"
          " AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3")
@@ -60,7 +62,18 @@ _CLEAR = ("UPDATE tasks SET status = 'active', stop_reason = NULL, stop_detail =
 
 #: Columns PATCH may change.
 _PATCHABLE = ("request_limit", "max_duration_s", "token_limit", "tool_call_limit", "max_stalls",
-              "stream_idle_timeout_s", "stream_first_event_timeout_s", "loop_guard", "metadata")
+              "stream_idle_timeout_s", "stream_first_event_timeout_s", "loop_guard", "metadata",
+              "cost_limit_usd", "allowed_models")
+
+
+def _column_value(column: str, value: Any) -> Any:
+    """A request value as its column takes it: dollars as exact decimals."""
+    return Decimal(str(value)) if column == "cost_limit_usd" and value is not None else value
+
+
+def _json_value(value: Any) -> Any:
+    """A column value for an event's JSON detail (decimals as numbers)."""
+    return float(value) if isinstance(value, Decimal) else value
 
 
 def _task(row: Any) -> schemas.Task:
@@ -88,7 +101,7 @@ async def create_task(body: schemas.TaskCreate, request: Request) -> schemas.Tas
     try:
         async with request.app.state.db.acquire() as conn, conn.transaction():
             await durable(conn)
-            row = await conn.fetchrow(_INSERT, *(values[c] for c in _INSERT_COLUMNS))
+            row = await conn.fetchrow(_INSERT, *(_column_value(c, values[c]) for c in _INSERT_COLUMNS))
             await task_rows.add_event(conn, values["id"], "created", None,
                                       {k: v for k, v in values.items() if k not in ("token_hash", "id")})
     except asyncpg.UniqueViolationError:
@@ -136,9 +149,9 @@ async def update_task(task_id: str, body: schemas.TaskPatch, request: Request) -
         columns = list(changes)  # names from _PATCHABLE only, never from the request
         sets = ", ".join(f"{name} = ${i}" for i, name in enumerate(columns, start=2))
         row = await conn.fetchrow(f"UPDATE tasks SET {sets}, updated_at = now() WHERE id = $1 RETURNING *",
-                                  task_id, *(changes[c] for c in columns))
+                                  task_id, *(_column_value(c, changes[c]) for c in columns))
         await task_rows.add_event(conn, task_id, "limits_changed", None, {
-            "before": {k: task[k] for k in changes}, "after": changes})
+            "before": {k: _json_value(task[k]) for k in changes}, "after": changes})
     return _task(row)
 
 

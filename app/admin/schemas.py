@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -49,6 +49,14 @@ class TaskLimits(BaseModel):
     stream_idle_timeout_s: float | None = Field(None, ge=0, description="Override of TASKGATE_STREAM_IDLE_TIMEOUT_S; 0 disables.")
     stream_first_event_timeout_s: float | None = Field(None, ge=0, description="Override of TASKGATE_STREAM_FIRST_EVENT_TIMEOUT_S; 0 disables.")
     loop_guard: LoopGuardOverrides | None = None
+    cost_limit_usd: float | None = Field(
+        None, ge=0, le=1e9, allow_inf_nan=False,
+        description="Hard ceiling in US dollars: a request is admitted only if the task's settled cost, "
+        "the worst-case cost of its requests in flight and this request's worst-case cost stay within it.")
+    allowed_models: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
+        None, max_length=100,
+        description="Model globs the task may use (e.g. [\"gpt-4.1*\"]); other models get 403 "
+        "model_not_allowed, not counted. null: any model.")
 
 
 class TaskCreate(TaskLimits):
@@ -100,6 +108,10 @@ class Task(BaseModel):
     stream_idle_timeout_s: float | None
     stream_first_event_timeout_s: float | None
     loop_guard: dict[str, Any]
+    cost_limit_usd: float | None = Field(None, description="Dollar ceiling (US dollars), null: none.")
+    cost_usd: float = Field(0, description="Settled cost of finished requests (US dollars).")
+    reserved_usd: float = Field(0, description="Worst-case cost of requests in flight (US dollars).")
+    allowed_models: list[str] | None = None
     metadata: dict[str, Any]
     first_admitted_at: datetime | None
     created_at: datetime

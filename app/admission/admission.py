@@ -6,10 +6,14 @@ Every admitted POST runs one PostgreSQL transaction that holds the task's row lo
   (its own transaction, in autocommit mode: one round trip) that increments
   ``admitted_requests`` only while the task is active and under every limit. PostgreSQL re-checks the ``WHERE`` clause on the locked row version, so N
   concurrent requests against a limit L admit exactly L, across processes.
-- **Locked path** (the fast path refused, or the request carries new tool results):
-  ``SELECT ... FOR UPDATE``, then the loop guard records the results and judges the
-  conversation, then the limits are checked in Python (:func:`limit_breach`), and a
-  breach sets the durable stop latch in the same transaction.
+- **Locked path** (the fast path refused, the request carries new tool results, or the
+  task has a dollar ceiling or ``allowed_models``): ``SELECT ... FOR UPDATE``, then the
+  pricing checks (:func:`charge_refusal`: not counted, no latch), then the loop guard
+  records the results and judges the conversation, then the limits are checked in Python
+  (:func:`limit_breach`), and a breach sets the durable stop latch in the same
+  transaction. With a ``cost_limit_usd`` the request's worst-case cost is added to
+  ``reserved_usd`` in the same statement that counts it, so N concurrent requests never
+  reserve past the ceiling (settled in :mod:`app.proxy.accounting`).
 
 Nothing is ever refunded. Any database error refuses the request with 503
 (fail closed).
@@ -20,10 +24,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any
 
 import asyncpg
 
+from app.admission.charge import Charge, charge_refusal
 from app.admission.limits import counters_sentence, explain_stop, limit_breach
 from app.console.metrics import time_admission
 from app.db import tasks as task_rows
@@ -45,10 +51,11 @@ FAST_ADMIT = """
        AND (token_limit IS NULL OR input_tokens + output_tokens < token_limit)
        AND (max_duration_s IS NULL OR first_admitted_at IS NULL
             OR now() < first_admitted_at + max_duration_s * interval '1 second')
+       AND cost_limit_usd IS NULL AND allowed_models IS NULL
     RETURNING *
 """
 _COUNT = (
-    "UPDATE tasks SET admitted_requests = admitted_requests + 1,"
+    "UPDATE tasks SET admitted_requests = admitted_requests + 1, reserved_usd = reserved_usd + $2,"
     " first_admitted_at = COALESCE(first_admitted_at, now()), updated_at = now()"
     " WHERE id = $1 RETURNING *"
 )
@@ -61,11 +68,12 @@ class Admitted:
 
     task: dict[str, Any]
     verdict: Verdict | None = None
+    reservation_usd: Decimal = Decimal(0)
 
 
 @time_admission
 async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
-                guard: GuardRequest | None = None) -> Admitted:
+                guard: GuardRequest | None = None, charge: Charge | None = None) -> Admitted:
     """Reserve one request for the task whose token hashes to ``token_hash``.
 
     Raises :class:`GatewayError`: 401 unknown token; 403 ``task_stopped`` with the
@@ -79,7 +87,7 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
                 row = await conn.fetchrow(FAST_ADMIT, token_hash)  # its own transaction
                 if row is not None:
                     return Admitted(dict(row))
-            return await _admit_locked(conn, token_hash, settings, guard)
+            return await _admit_locked(conn, token_hash, settings, guard, charge or Charge(None))
     except GatewayError:
         raise
     except Exception:  # noqa: BLE001 - fail closed on anything the database does
@@ -88,7 +96,7 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
 
 
 async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Settings,
-                        guard: GuardRequest | None) -> Admitted:
+                        guard: GuardRequest | None, charge: Charge) -> Admitted:
     refusal: GatewayError | None = None
     async with conn.transaction():
         task = await task_rows.lock_task(conn, token_hash=token_hash)
@@ -97,6 +105,10 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
         if task["status"] != "active":
             raise task_stopped(task["id"], task["stop_reason"] or "stopped", counters_sentence(task),
                                explain_stop(task["stop_reason"], task["stop_detail"]))
+        priced = charge_refusal(task, charge)
+        if priced is not None:
+            raise priced  # nothing written: not counted, no latch
+        reservation = charge.reservation_usd() if task["cost_limit_usd"] is not None else Decimal(0)
         verdict = None
         if guard is not None:
             verdict = await record_request(conn, task, guard, settings)
@@ -105,14 +117,14 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
                 refusal = task_stopped(task["id"], verdict.reason, counters_sentence(task),
                                        explain_stop(verdict.reason, verdict.detail))
         if refusal is None:
-            breach = limit_breach(task, datetime.now(timezone.utc))
+            breach = limit_breach(task, datetime.now(timezone.utc), reservation)
             if breach is not None:
                 reason, detail = breach
                 await task_rows.set_latch(conn, task["id"], reason, detail)
                 refusal = task_stopped(task["id"], reason, counters_sentence(task),
                                        explain_stop(reason, detail))
         if refusal is None:
-            return Admitted(dict(await conn.fetchrow(_COUNT, task["id"])), verdict)
+            return Admitted(dict(await conn.fetchrow(_COUNT, task["id"], reservation)), verdict, reservation)
     # the latch is committed; only now refuse
     logger.info("refused a request of task %s: %s", task["id"], refusal.code)
     raise refusal

@@ -23,6 +23,7 @@ refuses the request (it cannot be reserved).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, Mapping
 
@@ -41,6 +42,8 @@ MEDIA_PART_TOKENS = 8_000
 #: ``"type": "<media>"`` in any request body shape (chat, Responses, Messages).
 _MEDIA_PART = re.compile(
     rb'"type"\s*:\s*"(?:image|image_url|input_image|input_audio|audio|input_file|file|document)"')
+#: Substrings one of which every media part holds: a cheap test before the regex scan.
+_MEDIA_HINTS = (b'"image', b'"input_image"', b'audio"', b'"input_file"', b'"file"', b'"document"')
 #: Request fields bounding the output, by precedence.
 OUTPUT_FIELDS = ("max_completion_tokens", "max_output_tokens", "max_tokens")
 _PER_MTOK = Decimal(1_000_000)
@@ -53,7 +56,8 @@ def usd(value: Decimal | float | int | str) -> Decimal:
 
 def input_token_bound(body: bytes) -> int:
     """An upper bound of the input tokens of a request whose JSON body is ``body``."""
-    return len(body) + REQUEST_OVERHEAD_TOKENS + MEDIA_PART_TOKENS * len(_MEDIA_PART.findall(body))
+    media = len(_MEDIA_PART.findall(body)) if any(hint in body for hint in _MEDIA_HINTS) else 0
+    return len(body) + REQUEST_OVERHEAD_TOKENS + MEDIA_PART_TOKENS * media
 
 
 def output_token_bound(payload: Mapping[str, Any], model_max_output_tokens: int | None,
@@ -97,3 +101,25 @@ def dollars(amount: Decimal | float | None) -> str:
     """``$4.87`` (cents; ``$0.0012`` below a cent so small amounts stay visible)."""
     value = Decimal(str(amount or 0))
     return f"${value:.2f}" if value == 0 or abs(value) >= Decimal("0.01") else f"${value.normalize():f}"
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """A finished request's dollars: ``cost_usd`` added to the task's settled cost,
+    ``release_usd`` (its reservation) taken off ``reserved_usd``."""
+
+    cost_usd: Decimal
+    release_usd: Decimal
+
+
+def settle(price: Price | None, usage: Usage | None, reservation: Decimal) -> Settlement | None:
+    """What a finished request costs the task.
+
+    With a reservation (the task has a ceiling): the actual cost from ``usage``, or the
+    whole reservation when upstream reported none (failed attempts included); the
+    reservation is released. Without one: the actual cost when it can be priced (for the
+    record), else ``None``. Never below the actual cost, never refunded."""
+    actual = actual_usd(price, usage) if price is not None and usage is not None else None
+    if reservation:
+        return Settlement(reservation if actual is None else actual, reservation)
+    return Settlement(actual, Decimal(0)) if actual else None

@@ -4,19 +4,25 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, Mapping
+
+from app.admission.cost import dollars
 
 from app.guard.detector import explain
 
 
-def limit_breach(task: Mapping[str, Any], now: datetime) -> tuple[str, dict[str, Any]] | None:
+def limit_breach(task: Mapping[str, Any], now: datetime,
+                 reservation_usd: Decimal | None = None) -> tuple[str, dict[str, Any]] | None:
     """Which limit admitting one more request would break, or ``None``.
 
     ``task`` is a ``tasks`` row. Returns ``(stop_reason, stop_detail)`` with
     ``stop_reason`` one of ``request_limit`` (``admitted_requests >= request_limit``),
     ``token_limit`` (input + output tokens reported by upstream ``>= token_limit``)
     or ``max_duration`` (``now`` is ``max_duration_s`` seconds or more after the first
-    admitted request).
+    admitted request), or ``cost_limit`` (settled + reserved dollars + this request's
+    ``reservation_usd`` would pass ``cost_limit_usd``; an unpriced request never gets
+    here, :func:`app.admission.charge.charge_refusal` refused it).
     """
     if task["admitted_requests"] >= task["request_limit"]:
         return "request_limit", {
@@ -32,6 +38,12 @@ def limit_breach(task: Mapping[str, Any], now: datetime) -> tuple[str, dict[str,
         if now >= first + timedelta(seconds=task["max_duration_s"]):
             return "max_duration", {"elapsed_s": round(elapsed, 3),
                                     "max_duration_s": task["max_duration_s"]}
+    limit = task.get("cost_limit_usd")
+    if limit is not None and reservation_usd is not None:
+        if task["cost_usd"] + task["reserved_usd"] + reservation_usd > limit:
+            return "cost_limit", {"cost_usd": str(task["cost_usd"]), "reserved_usd": str(task["reserved_usd"]),
+                                  "request_reservation_usd": str(reservation_usd),
+                                  "cost_limit_usd": str(limit)}
     return None
 
 
@@ -40,8 +52,13 @@ def counters_sentence(task: Mapping[str, Any]) -> str:
     ``"5 of 5 requests admitted, 1200 tokens, 14 tool calls"``."""
     tokens = task["input_tokens"] + task["output_tokens"]
     token_part = f"{tokens} tokens" + (f" of {task['token_limit']}" if task["token_limit"] else "")
-    return (f"{task['admitted_requests']} of {task['request_limit']} requests admitted, "
-            f"{token_part}, {task['tool_calls']} tool calls")
+    sentence = (f"{task['admitted_requests']} of {task['request_limit']} requests admitted, "
+                f"{token_part}, {task['tool_calls']} tool calls")
+    if task.get("cost_limit_usd") is not None or task.get("cost_usd"):
+        limit = task.get("cost_limit_usd")
+        sentence += (f", {dollars(task.get('cost_usd'))}" + (f" of {dollars(limit)}" if limit is not None else "")
+                     + f" spent, {dollars(task.get('reserved_usd'))} reserved")
+    return sentence
 
 
 def explain_stop(reason: str | None, detail: Mapping[str, Any] | None) -> str | None:
@@ -54,6 +71,10 @@ def explain_stop(reason: str | None, detail: Mapping[str, Any] | None) -> str | 
         return f"upstream reported {d.get('total_tokens')} tokens, at or over its token_limit of {d.get('token_limit')}"
     if reason == "max_duration":
         return f"{d.get('elapsed_s')} s passed since its first request; max_duration_s is {d.get('max_duration_s')}"
+    if reason == "cost_limit":
+        return (f"{dollars(Decimal(d.get('cost_usd', 0)))} spent and {dollars(Decimal(d.get('reserved_usd', 0)))} "
+                f"reserved; the next request could cost up to {dollars(Decimal(d.get('request_reservation_usd', 0)))}, "
+                f"which would pass its cost_limit_usd of {dollars(Decimal(d.get('cost_limit_usd', 0)))}")
     if reason == "repeated_stalls":
         return f"upstream streams stalled {d.get('stalls')} times; max_stalls is {d.get('max_stalls')}"
     if d.get("by") == "operator":

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    Numeric,
     Table,
     Text,
     func,
@@ -54,6 +55,11 @@ tasks = Table(
     Column("stalls", Integer, nullable=False, server_default=text("0")),
     Column("first_admitted_at", DateTime(timezone=True)),
     Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # dollar ceiling (US dollars; migration 0003) and allowed model globs
+    Column("cost_limit_usd", Numeric(20, 10)),
+    Column("cost_usd", Numeric(20, 10), nullable=False, server_default=text("0")),
+    Column("reserved_usd", Numeric(20, 10), nullable=False, server_default=text("0")),
+    Column("allowed_models", JSONB),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )

@@ -19,11 +19,13 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 import asyncpg
 
+from app.admission.cost import Settlement
 from app.db import tasks as task_rows
 from app.db.pool import relaxed
 from app.guard.detector import Action, CallRecord, Thresholds, Verdict, detect, window_size
@@ -36,7 +38,7 @@ from app.guard.fingerprint import (
 )
 from app.guard.normalize import Normalizer, build
 from app.settings import Settings
-from app.wire.base import ResponseSummary, ToolCall, ToolResult
+from app.wire.base import ResponseSummary, ToolCall, ToolResult, Usage
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +65,15 @@ _COUNT_CALLS = (
 )
 _ADD_USAGE = (
     "UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,"
-    " updated_at = now() WHERE id = $1"
+    " cost_usd = cost_usd + $4, reserved_usd = reserved_usd - $5, updated_at = now() WHERE id = $1"
 )
+
+
+def _counters(usage: Usage | None, settlement: Settlement | None) -> tuple[int, int, Decimal, Decimal] | None:
+    """``_ADD_USAGE`` parameters after the task id, or ``None`` when nothing changes."""
+    tokens = (usage.input_tokens, usage.output_tokens) if usage is not None else (0, 0)
+    money = (settlement.cost_usd, settlement.release_usd) if settlement is not None else (Decimal(0), Decimal(0))
+    return None if not any(tokens) and not any(money) else (*tokens, *money)
 
 
 @dataclass(slots=True)
@@ -171,28 +180,31 @@ async def record_request(conn: asyncpg.Connection, task: Mapping[str, Any], guar
 
 
 async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: str,
-                          summary: ResponseSummary, settings: Settings) -> Verdict | None:
-    """Record a finished response: usage into the task's token counters, tool calls
-    into the ledger as pending; trip the latch when the tool-call ceiling is passed.
+                          summary: ResponseSummary, settings: Settings,
+                          settlement: Settlement | None = None) -> Verdict | None:
+    """Record a finished response: usage into the task's token counters and its
+    ``settlement`` into its dollar counters (one statement), tool calls into the ledger
+    as pending; trip the latch when the tool-call ceiling is passed.
 
     Returns the detector's verdict when tool calls were recorded, else ``None``.
     Database errors propagate (the caller logs them; the response was already sent).
     """
     usage = summary.usage
+    counters = _counters(usage, settlement)
     async with pool.acquire() as conn:
         if not summary.tool_calls:
-            if usage is not None and usage.total_tokens:
+            if counters is not None:
                 async with conn.transaction():
                     await relaxed(conn)
-                    await conn.execute(_ADD_USAGE, task_id, usage.input_tokens, usage.output_tokens)
+                    await conn.execute(_ADD_USAGE, task_id, *counters)
             return None
         async with conn.transaction():
             await relaxed(conn)  # a latch set below makes this commit durable again
             task = await task_rows.lock_task(conn, task_id=task_id)
             if task is None:
                 return None
-            if usage is not None and usage.total_tokens:
-                await conn.execute(_ADD_USAGE, task_id, usage.input_tokens, usage.output_tokens)
+            if counters is not None:
+                await conn.execute(_ADD_USAGE, task_id, *counters)
             new_calls = await _insert_calls(conn, task_id, conversation_key, summary.tool_calls)
             if not new_calls:
                 return Verdict(Action.OK)

@@ -3,16 +3,21 @@
 Runs once the client has its last byte. Stalls and truncations become task events
 (``stream_stalled``, ``stream_truncated``, ``upstream_unreachable``,
 ``upstream_timeout``) and count toward the optional per-task stall ceiling, which
-latches the task with ``repeated_stalls``. Nothing is refunded.
+latches the task with ``repeated_stalls``. The request's dollars settle
+(:func:`app.admission.cost.settle`) in the same statement as its usage. Nothing is
+refunded.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 import asyncpg
 
+from app.admission.cost import settle
+from app.config.schema import Price
 from app.console import hooks
 from app.db import tasks as task_rows
 from app.db.pool import relaxed
@@ -42,6 +47,8 @@ class Accounting:
     guard_enabled: bool
     stream: bool = False
     started: float = field(default_factory=time.monotonic)
+    price: Price | None = None
+    reservation_usd: Decimal = Decimal(0)
 
     def __post_init__(self) -> None:
         hooks.exchange_started(self.stream)
@@ -51,9 +58,10 @@ class Accounting:
         summary = outcome.summary
         if not self.guard_enabled:
             summary.tool_calls = []
-        if summary.tool_calls or summary.usage is not None:
+        settlement = settle(self.price, summary.usage, self.reservation_usd)
+        if summary.tool_calls or summary.usage is not None or settlement is not None:
             await record_response(self.pool, self.task_id, self.conversation_key, summary,
-                                  self.settings)
+                                  self.settings, settlement)
         kind = _EVENT_KINDS.get(outcome.kind)
         if kind is None:
             return

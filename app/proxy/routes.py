@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from decimal import Decimal
 from typing import Any
 
 import httpx
@@ -28,6 +29,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from app.admission.admission import admit, authenticate
+from app.admission.charge import charge_for
 from app.admission.tokens import token_hash
 from app.config.schema import Provider, ProviderKind
 from app.console.metrics import LOOP_WARNINGS
@@ -139,6 +141,7 @@ async def proxy_post(request: Request) -> Response:
                            settings.max_body_bytes, settings.body_timeout_s)
     kind = wire_kind(path)
     payload: dict[str, Any] = {}
+    route = None
     if endpoint.kind == endpoints.EXTRA:
         provider = default_provider(state.gateway_config, kind)
     else:
@@ -165,9 +168,12 @@ async def proxy_post(request: Request) -> Response:
             guard = GuardRequest(conv_key, view.tool_calls, view.tool_results)
     elif isinstance(payload.get("model"), str):
         model = payload["model"]
+    reservation, price = Decimal(0), None  # free endpoints cost nothing
     if endpoint.kind != endpoints.FREE:
-        admitted = await admit(pool, hashed, settings, guard)
+        charge = charge_for(route, body, payload, embeddings=path == "/v1/embeddings", what=f"POST {path}")
+        admitted = await admit(pool, hashed, settings, guard, charge)
         task = admitted.task
+        reservation, price = admitted.reservation_usd, route.price if route else None
         verdict = admitted.verdict
         if verdict is not None and verdict.action is Action.WARN:
             LOOP_WARNINGS.inc()
@@ -179,7 +185,7 @@ async def proxy_post(request: Request) -> Response:
         total_timeout_s=settings.upstream_timeout_s,
         on_finish=Accounting(pool, settings, task["id"], conv_key,
                              settings.loop_guard_enabled and endpoint.kind == endpoints.INFERENCE,
-                             stream=stream_requested),
+                             stream=stream_requested, price=price, reservation_usd=reservation),
         endpoint=path, model=model,
     ).track(state.open_requests, task["id"]).redacting(state.redactor)  # track: a stop cuts it
 

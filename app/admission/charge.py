@@ -1,0 +1,103 @@
+"""What a request may cost, decided before admission, and the checks on it that need the
+task row: ``allowed_models`` and the dollar ceiling's pricing rules. Pure: no I/O.
+
+:func:`charge_for` runs in the proxy before admission (from the route and the body);
+:func:`charge_refusal` runs inside the admission transaction, on the locked task row.
+A refusal here is never counted and never sets the latch: the request was not priced or
+not allowed, which is a configuration matter, not the agent running away.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Mapping
+
+from app.admission.cost import input_token_bound, output_token_bound, reservation_usd
+from app.config.routing import Route
+from app.errors import GatewayError
+
+#: Why a request has no reservation (``Charge.unpriced``).
+PRICE_UNKNOWN = "price_unknown"
+OUTPUT_UNBOUNDED = "output_unbounded"
+
+
+@dataclass(slots=True)
+class Charge:
+    """The pricing side of one request: its ``route`` (``None`` for an operator-added
+    endpoint, which cannot be priced), its JSON ``body`` and ``payload``.
+
+    The worst-case reservation (:meth:`reservation_usd`) scans the body, so it is
+    computed only for tasks with a ``cost_limit_usd``, inside the admission transaction;
+    other tasks pay nothing for it."""
+
+    route: Route | None
+    body: bytes = b""
+    payload: Mapping[str, Any] | None = None
+    embeddings: bool = False
+    what: str = "this request"
+
+    @property
+    def model(self) -> str | None:
+        return None if self.route is None else self.route.requested_model
+
+    def unpriced(self) -> str | None:
+        """Why the request cannot be reserved (:data:`PRICE_UNKNOWN`,
+        :data:`OUTPUT_UNBOUNDED`), or ``None`` when it can."""
+        if self.route is None or self.route.price is None:
+            return PRICE_UNKNOWN
+        if self._output_bound() is None:
+            return OUTPUT_UNBOUNDED
+        return None
+
+    def reservation_usd(self) -> Decimal:
+        """The worst-case cost (:mod:`app.admission.cost`); call only when
+        :meth:`unpriced` is ``None``."""
+        assert self.route is not None and self.route.price is not None
+        output = self._output_bound()
+        assert output is not None
+        return reservation_usd(self.route.price, input_token_bound(self.body), output)
+
+    def _output_bound(self) -> int | None:
+        assert self.route is not None
+        return output_token_bound(self.payload or {}, self.route.max_output_tokens, embeddings=self.embeddings)
+
+
+def charge_for(route: Route | None, body: bytes, payload: Mapping[str, Any], *,
+               embeddings: bool = False, what: str = "") -> Charge:
+    """The charge of a request routed by ``route`` whose JSON body is ``body``/``payload``."""
+    if route is not None:
+        what = f"model '{route.requested_model}' (provider {route.provider_name})"
+    return Charge(route, body, payload, embeddings, what or "this request")
+
+
+def model_allowed(allowed: list[str] | None, model: str | None) -> bool:
+    """Whether ``model`` matches one of the task's ``allowed_models`` globs (``None``:
+    every model is allowed; a request without a model is allowed only then)."""
+    if allowed is None:
+        return True
+    return model is not None and any(fnmatch.fnmatchcase(model, pattern) for pattern in allowed)
+
+
+def charge_refusal(task: Mapping[str, Any], charge: Charge) -> GatewayError | None:
+    """403 when the task cannot take this request for a pricing reason, else ``None``:
+    ``model_not_allowed`` (not in ``allowed_models``), ``price_unknown`` (the task has a
+    ``cost_limit_usd`` and the request cannot be priced)."""
+    if not model_allowed(task.get("allowed_models"), charge.model):
+        allowed = ", ".join(task["allowed_models"]) or "none"
+        return GatewayError(403, "invalid_request_error", "model_not_allowed",
+                            f"Task '{task['id']}' may not use model '{charge.model}' (allowed_models: "
+                            f"{allowed}). Nothing was forwarded or counted.", {"x-should-retry": "false"})
+    unpriced = charge.unpriced() if task.get("cost_limit_usd") is not None else None
+    if unpriced is not None:
+        if unpriced == OUTPUT_UNBOUNDED:
+            fix = ("set max_tokens (max_completion_tokens, max_output_tokens) in the request, or "
+                   "max_output_tokens for the model in TASKGATE_CONFIG")
+        else:
+            fix = "add a price for it (models[].price in TASKGATE_CONFIG)"
+        return GatewayError(403, "invalid_request_error", "price_unknown",
+                            f"Task '{task['id']}' has a cost limit and taskgate cannot bound the cost of "
+                            f"{charge.what}: {fix}. Nothing was forwarded or counted.",
+                            {"x-should-retry": "false"})
+    return None

@@ -1,0 +1,134 @@
+"""The dollar ceiling on real PostgreSQL through real gateway processes: worst-case
+reservations under concurrency, settlement from usage, pricing refusals, allowed models."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from decimal import Decimal
+
+import httpx
+import pytest
+
+from app.admission.cost import REQUEST_OVERHEAD_TOKENS, actual_usd, reservation_usd
+from app.config.prices import default_price
+from app.testing.upstream import UpstreamServer
+from app.wire.base import Usage
+from tests.support import Admin, GatewayProcess
+
+MODEL = "gpt-4.1-mini"
+PRICE = default_price(MODEL)
+MAX_TOKENS = 1000
+
+
+def _body(**extra: object) -> bytes:
+    return json.dumps({"model": MODEL, "max_tokens": MAX_TOKENS,
+                       "messages": [{"role": "user", "content": "count to three"}], **extra}).encode()
+
+
+def _reservation(body: bytes) -> Decimal:
+    assert PRICE is not None
+    return reservation_usd(PRICE, len(body) + REQUEST_OVERHEAD_TOKENS, MAX_TOKENS)
+
+
+def _settled(admin: Admin, task_id: str, timeout: float = 15) -> dict:
+    """The task once every reservation has settled (``reserved_usd`` back to 0)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        task = admin.task(task_id)
+        if Decimal(str(task["reserved_usd"])) == 0 or time.monotonic() > deadline:
+            return task
+        time.sleep(0.05)
+
+
+def _post(url: str, token: str, body: bytes, path: str = "/v1/chat/completions") -> httpx.Response:
+    return httpx.post(url + path, content=body, timeout=30,
+                      headers={"authorization": f"Bearer {token}", "content-type": "application/json"})
+
+
+def test_concurrent_requests_over_two_gateways_never_reserve_past_the_ceiling(
+        gateway: GatewayProcess, database_url: str, upstream: UpstreamServer, admin: Admin) -> None:
+    body = _body()
+    r = _reservation(body)
+    fits = 37
+    task_id, token = admin.create_task(request_limit=10_000, cost_limit_usd=float(r * fits + r / 2))
+    upstream.script("delay", delay_s=6.0)  # nothing settles meanwhile
+
+    async def run(urls: list[str]) -> list[int]:
+        async with httpx.AsyncClient(timeout=60) as client:
+            async def one(i: int) -> int:
+                response = await client.post(urls[i % 2] + "/v1/chat/completions", content=body,
+                                             headers={"authorization": f"Bearer {token}",
+                                                      "content-type": "application/json"})
+                return response.status_code
+            return await asyncio.gather(*(one(i) for i in range(200)))
+
+    with GatewayProcess(database_url, upstream.base_url) as second:
+        statuses = asyncio.run(run([gateway.url, second.url]))
+    # exactly `fits` reservations went upstream; the first request that did not fit set the
+    # latch, and the stop then cut the admitted ones still in flight (all 403 in the end)
+    assert statuses.count(403) == 200, statuses
+    assert len(upstream.requests) == fits
+    task = admin.task(task_id)
+    assert task["admitted_requests"] == fits
+    assert (task["status"], task["stop_reason"]) == ("stopped", "cost_limit")
+    detail = task["stop_detail"]  # the refused request is the first that would have crossed it
+    assert Decimal(detail["cost_usd"]) + Decimal(detail["reserved_usd"]) <= Decimal(detail["cost_limit_usd"])
+    assert (Decimal(detail["cost_usd"]) + Decimal(detail["reserved_usd"])
+            + Decimal(detail["request_reservation_usd"]) > Decimal(detail["cost_limit_usd"]))
+    settled = _settled(admin, task_id)
+    assert Decimal(str(settled["reserved_usd"])) == 0
+    # cut before upstream answered: no usage, so each settles at its full reservation
+    assert Decimal(str(settled["cost_usd"])) == pytest.approx(r * fits)
+    assert Decimal(str(settled["cost_usd"])) <= Decimal(detail["cost_limit_usd"])
+    assert "$" in settled["stop_message"] and "spent" in settled["stop_message"]
+
+
+def test_settlement_uses_usage_and_releases_the_reservation(gateway: GatewayProcess, upstream: UpstreamServer,
+                                                            admin: Admin) -> None:
+    task_id, token = admin.create_task(cost_limit_usd=5.0)
+    upstream.script("text", input_tokens=1000, output_tokens=200)
+    assert _post(gateway.url, token, _body()).status_code == 200
+    task = _settled(admin, task_id)
+    expected = actual_usd(PRICE, Usage(input_tokens=1000, output_tokens=200))  # type: ignore[arg-type]
+    assert Decimal(str(task["cost_usd"])) == pytest.approx(expected)
+
+
+def test_a_response_without_usage_settles_at_its_full_reservation(gateway: GatewayProcess,
+                                                                   upstream: UpstreamServer, admin: Admin) -> None:
+    task_id, token = admin.create_task(cost_limit_usd=5.0)
+    body = _body(stream=True)  # no stream_options.include_usage: upstream reports no usage
+    response = _post(gateway.url, token, body)
+    assert response.status_code == 200 and "data: [DONE]" in response.text
+    task = _settled(admin, task_id)
+    assert Decimal(str(task["cost_usd"])) == pytest.approx(_reservation(body))
+
+
+@pytest.mark.parametrize(("path", "body", "fix"), [
+    ("/v1/chat/completions", {"model": "mystery-model", "messages": []}, "add a price"),
+    ("/v1/messages", {"model": "claude-sonnet-4-5", "messages": []}, "set max_tokens"),
+])
+def test_a_request_that_cannot_be_priced_is_refused_before_dispatch(
+        gateway: GatewayProcess, upstream: UpstreamServer, admin: Admin, path: str, body: dict, fix: str) -> None:
+    task_id, token = admin.create_task(cost_limit_usd=1.0)
+    response = _post(gateway.url, token, json.dumps(body).encode(), path)
+    assert response.status_code == 403, response.text
+    text = response.text
+    assert fix in text and "Nothing was forwarded or counted" in text
+    if path != "/v1/messages":
+        assert response.json()["error"]["code"] == "price_unknown"
+    task = admin.task(task_id)
+    assert (task["admitted_requests"], task["status"]) == (0, "active")
+    assert upstream.requests == []
+
+
+def test_models_outside_allowed_models_are_refused_and_not_counted(
+        gateway: GatewayProcess, upstream: UpstreamServer, admin: Admin) -> None:
+    task_id, token = admin.create_task(allowed_models=["gpt-4.1*"])
+    refused = _post(gateway.url, token, json.dumps({"model": "gpt-4o", "messages": []}).encode())
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "model_not_allowed"
+    assert _post(gateway.url, token, _body()).status_code == 200
+    task = admin.task(task_id)
+    assert (task["admitted_requests"], task["status"]) == (1, "active")
+    assert len(upstream.requests) == 1
