@@ -55,7 +55,7 @@ tasks = Table(
     Column("stalls", Integer, nullable=False, server_default=text("0")),
     Column("first_admitted_at", DateTime(timezone=True)),
     Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
-    # dollar ceiling (US dollars; migration 0003) and allowed model globs
+    # dollar ceiling (US dollars; migration 0002) and allowed model globs
     Column("cost_limit_usd", Numeric(20, 10)),
     Column("cost_usd", Numeric(20, 10), nullable=False, server_default=text("0")),
     Column("reserved_usd", Numeric(20, 10), nullable=False, server_default=text("0")),

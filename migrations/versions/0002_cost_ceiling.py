@@ -5,7 +5,7 @@
   requests in flight (released when they settle);
 - ``allowed_models``: JSON list of model globs the task may use (NULL = any).
 
-Revision ID: 0003
+Revision ID: 0002
 Revises: 0001
 Create Date: 2026-12-01
 """
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-revision = "0003"
+revision = "0002"
 down_revision = "0001"
 branch_labels = None
 depends_on = None
