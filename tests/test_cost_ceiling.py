@@ -10,12 +10,14 @@ from decimal import Decimal
 
 import httpx
 import pytest
+from click.testing import CliRunner
 
 from app.admission.cost import REQUEST_OVERHEAD_TOKENS, actual_usd, reservation_usd
+from app.cli import main
 from app.config.prices import default_price
 from app.testing.upstream import UpstreamServer
 from app.wire.base import Usage
-from tests.support import Admin, GatewayProcess
+from tests.support import ADMIN_TOKEN, Admin, GatewayProcess
 
 MODEL = "gpt-4.1-mini"
 PRICE = default_price(MODEL)
@@ -132,3 +134,13 @@ def test_models_outside_allowed_models_are_refused_and_not_counted(
     task = admin.task(task_id)
     assert (task["admitted_requests"], task["status"]) == (1, "active")
     assert len(upstream.requests) == 1
+
+
+def test_the_cli_sets_and_shows_the_ceiling_in_dollars(gateway: GatewayProcess, admin: Admin) -> None:
+    env = {"TASKGATE_URL": gateway.url, "TASKGATE_ADMIN_TOKEN": ADMIN_TOKEN}
+    runner = CliRunner()
+    created = runner.invoke(main, ["tasks", "create", "--id", "cli-cost-1", "--cost-limit", "5"], env=env)
+    assert created.exit_code == 0, created.output
+    shown = runner.invoke(main, ["tasks", "show", "cli-cost-1"], env=env)
+    assert "$0.00 of $5.00 spent, $0.00 reserved" in shown.output, shown.output
+    assert admin.task("cli-cost-1")["cost_limit_usd"] == 5.0

@@ -9,6 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from app.admission.cost import dollars
+
 out = Console(highlight=False, soft_wrap=True)
 
 
@@ -41,6 +43,12 @@ def show_task(t: dict) -> None:
     table.add_row("tool calls", of(t["tool_calls"], t["tool_call_limit"]))
     table.add_row("max duration", f"{t['max_duration_s']} s" if t.get("max_duration_s") else "none")
     table.add_row("stalls", of(t["stalls"], t.get("max_stalls")))
+    if t.get("cost_limit_usd") is not None or t.get("cost_usd"):
+        limit = t.get("cost_limit_usd")
+        table.add_row("cost", f"{dollars(t.get('cost_usd'))}" + (f" of {dollars(limit)}" if limit is not None else "")
+                      + f" spent, {dollars(t.get('reserved_usd'))} reserved")
+    if t.get("allowed_models") is not None:
+        table.add_row("allowed models", ", ".join(t["allowed_models"]) or "none")
     table.add_row("first request", str(t.get("first_admitted_at") or "-"))
     if t["status"] == "stopped":
         table.add_row("stop reason", str(t.get("stop_reason")))
