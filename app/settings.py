@@ -124,6 +124,25 @@ class Settings(BaseSettings):
         description="Deadline for receiving a whole request body, from the first read (408 after "
         "it, connection closed); 0 disables.",
     )
+    header_timeout_s: float = Field(
+        default=10.0,
+        description="Deadline for a request's line and headers, from the connection's opening (or "
+        "the request's first byte on a kept-alive connection); the connection is closed after "
+        "it. 0 disables.",
+    )
+    max_header_bytes: int = Field(
+        default=64 * 1024,
+        description="Largest request target plus headers (431 and close above); 0 disables.",
+    )
+    max_connections: int = Field(
+        default=2048,
+        description="Connections and requests served at once per process (uvicorn "
+        "limit_concurrency: 503 above); 0 disables. Each relayed request also holds an upstream "
+        "connection: raise the open-files limit to more than twice this.",
+    )
+    keep_alive_timeout_s: float = Field(
+        default=5.0, description="Idle time after which a kept-alive client connection is closed."
+    )
     forward_proxy_headers: bool = Field(
         default=False,
         description="Forward the client's Forwarded, X-Forwarded-* and X-Real-IP headers to the "

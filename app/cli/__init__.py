@@ -47,6 +47,7 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
         atexit.register(shutil.rmtree, os.environ["PROMETHEUS_MULTIPROC_DIR"], True)
     from app.console import admin_token
     from app.main import resolve_database
+    from app.server import uvicorn_options
 
     settings = get_settings()
     check_config(settings)
@@ -67,8 +68,7 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
     click.echo(f"taskgate: listening on http://{host}:{port} (OpenAI base URL http://{host}:{port}/v1)",
                err=True)
     uvicorn.run("app.main:create_app", factory=True, host=host, port=port, workers=workers,
-                log_level=log_level, access_log=False,
-                server_header=False)  # relayed responses carry upstream's `server`, not two
+                log_level=log_level, access_log=False, **uvicorn_options(settings))
 
 
 @main.command()

@@ -1,0 +1,142 @@
+"""How ``taskgate serve`` runs uvicorn: bounds on slow, silent and oversized clients.
+
+uvicorn bounds idle keep-alive connections (``timeout_keep_alive``) and, through
+``limit_concurrency``, the number of connections and requests it serves at once
+(above it, new requests get ``503 Service Unavailable``). It does not bound how long a
+client may take to send its request line and headers, nor their size with the
+httptools parser, so :class:`BoundedHttpToolsProtocol` adds both:
+
+- **Header deadline** (``header_timeout_s``): from the moment a connection opens (and
+  from the first byte of each later request on it) the request line and headers must
+  have arrived in full within the deadline, however slowly the bytes trickle in;
+  otherwise the connection is closed (``408`` first when part of a request came).
+- **Header size cap** (``max_header_bytes``): request target plus header names and
+  values; above it, ``431 Request Header Fields Too Large`` and the connection closes.
+- **Body deadline** (``body_timeout_s``): the whole body must arrive within the deadline
+  from the end of the headers, for every route. The proxy answers a late body first, in
+  its endpoint's error shape (:func:`app.proxy.inbound.read_body`); this protocol is
+  the backstop one second later for routes that do not (``408``, or a plain close when
+  a response was already sent).
+
+A protocol class is uvicorn's documented extension point (its ``http`` option).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.settings import Settings, get_settings
+
+_408 = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+_431 = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain\r\n"
+        b"content-length: 33\r\nconnection: close\r\n\r\nRequest headers are too large.\r\n\r\n")
+
+
+class HeadersTooLarge(Exception):
+    """Raised inside the parser's callback to stop parsing an oversized request."""
+
+
+class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a header deadline and a header size cap
+    (module docstring); both read from :func:`app.settings.get_settings`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        settings = get_settings()
+        self._header_timeout_s = settings.header_timeout_s
+        self._max_header_bytes = settings.max_header_bytes
+        self._header_bytes = 0
+        self._body_timeout_s = settings.body_timeout_s
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._too_large = False
+        self._request_begun = False
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self._disarm_body()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_bytes = 0
+        self._request_begun = True
+        if self._header_timer is None:
+            self._arm()
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + 4)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        self._request_begun = False
+        super().on_headers_complete()
+        if self._body_timeout_s:
+            self._body_timer = self.loop.call_later(self._body_timeout_s + 1.0, self._body_late)
+
+    def on_message_complete(self) -> None:
+        self._disarm_body()
+        super().on_message_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        if not self._too_large:
+            super().send_400_response(msg)
+        elif not self.transport.is_closing():
+            self.transport.write(_431)
+            self.transport.close()
+
+    def _count(self, size: int) -> None:
+        self._header_bytes += size
+        if self._max_header_bytes and self._header_bytes > self._max_header_bytes:
+            self._too_large = True
+            raise HeadersTooLarge()  # the parser stops; uvicorn calls send_400_response
+
+    def _arm(self) -> None:
+        if self._header_timeout_s:
+            self._header_timer = self.loop.call_later(self._header_timeout_s, self._headers_late)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _disarm_body(self) -> None:
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_late(self) -> None:
+        self._body_timer = None
+        if not self.transport.is_closing():
+            if self.cycle is not None and not self.cycle.response_started:
+                self.transport.write(_408)
+            self.transport.close()
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        if not self.transport.is_closing():
+            if self._request_begun:
+                self.transport.write(_408)
+            self.transport.close()
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for ``uvicorn.run`` that bound clients (module docstring)."""
+    return {
+        "http": BoundedHttpToolsProtocol,
+        "limit_concurrency": settings.max_connections or None,
+        "timeout_keep_alive": settings.keep_alive_timeout_s,
+        "server_header": False,  # relayed responses carry upstream's `server`, not two
+    }
