@@ -37,6 +37,11 @@ def test_stop_message_is_what_the_agent_got(gateway, admin):
     task_id, token = admin.create_task(request_limit=1)
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
     client.chat.completions.create(model="mock-model", messages=USER)
+    # usage is recorded just after the client has its last byte; the sentence quotes the
+    # counters as they are, so let that land first
+    deadline = time.monotonic() + 10
+    while admin.task(task_id)["total_tokens"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
     with pytest.raises(openai.PermissionDeniedError) as refused:
         client.chat.completions.create(model="mock-model", messages=USER)
     task = admin.task(task_id)

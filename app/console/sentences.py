@@ -15,8 +15,8 @@ from app.proxy.stop_watch import stop_refusal
 
 
 def stop_message(task: Mapping[str, Any]) -> str | None:
-    """The sentence a request of this stopped task is refused with; ``None`` while the
-    task is active. ``task`` is a ``tasks`` row."""
+    """The sentence a request of this stopped task is refused with (its counters as they
+    are now); ``None`` while the task is active. ``task`` is a ``tasks`` row."""
     if task.get("status") != "stopped":
         return None
     return stop_refusal(dict(task)).message
