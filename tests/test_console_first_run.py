@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -14,7 +15,7 @@ from click.testing import CliRunner
 from app.cli import main
 from app.console import admin_token
 from app.settings import Settings
-from tests.support import GatewayProcess
+from tests.support import GatewayProcess, stop_embedded
 
 
 def test_token_file_created_once_with_mode_0600(tmp_path):
@@ -41,7 +42,14 @@ def test_explicit_token_wins_and_external_database_gets_a_run_token(tmp_path):
     assert str(tmp_path / "admin_token") in line and embedded.admin_token not in line
 
 
-def test_embedded_gateway_keeps_its_token_across_restarts(upstream, tmp_path):
+def test_embedded_gateway_keeps_its_token_across_restarts(upstream):
+    # its own temporary directory, not pytest's tmp_path: concurrent pytest sessions on
+    # one machine prune each other's old basetemp directories under a running PostgreSQL
+    with tempfile.TemporaryDirectory(prefix="taskgate-first-run-") as tmp:
+        _restart_keeps_token(upstream, Path(tmp))
+
+
+def _restart_keeps_token(upstream, tmp_path: Path) -> None:
     def start() -> GatewayProcess:
         gw = GatewayProcess(None, upstream.base_url, TASKGATE_DATA_DIR=str(tmp_path))
         del gw.env["TASKGATE_ADMIN_TOKEN"]
@@ -68,3 +76,4 @@ def test_embedded_gateway_keeps_its_token_across_restarts(upstream, tmp_path):
         assert r.status_code == 200
     finally:
         gw.stop()
+        stop_embedded(tmp_path)
