@@ -20,7 +20,7 @@ def _compose() -> dict:
 def test_compose_services_and_variables_match_settings():
     compose = _compose()
     services = compose["services"]
-    assert set(services) == {"postgres", "migrate", "gateway"}
+    assert set(services) == {"postgres", "pgbouncer", "migrate", "gateway"}
     fields = set(Settings.model_fields)
     for name in ("migrate", "gateway"):
         for var in services[name]["environment"]:
@@ -29,7 +29,7 @@ def test_compose_services_and_variables_match_settings():
     gateway = services["gateway"]
     env = gateway["environment"]
     assert gateway["ports"] == [f"{env['TASKGATE_PORT']}:{env['TASKGATE_PORT']}"]
-    url = make_url(env["TASKGATE_DATABASE_URL"])
+    url = make_url(env["TASKGATE_MIGRATION_DATABASE_URL"])  # direct; PgBouncer: test_compose_replicas
     assert url.drivername == "postgresql+asyncpg" and url.host == "postgres"
     pg_env = services["postgres"]["environment"]
     assert (url.username, url.password, url.database) == (
@@ -37,7 +37,7 @@ def test_compose_services_and_variables_match_settings():
     assert env["TASKGATE_MIGRATE_ON_START"] == "false"
     assert gateway["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert services["migrate"]["command"] == ["taskgate", "migrate"]
-    assert services["migrate"]["environment"]["TASKGATE_DATABASE_URL"] == env["TASKGATE_DATABASE_URL"]
+    assert services["migrate"]["environment"]["TASKGATE_DATABASE_URL"] == env["TASKGATE_MIGRATION_DATABASE_URL"]
 
 
 def test_dockerfile_is_non_root_and_checks_readiness():
