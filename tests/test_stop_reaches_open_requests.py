@@ -27,6 +27,7 @@ import pytest
 
 from app.db.pool import asyncpg_dsn
 
+from tests.pgbouncer import NOT_INSTALLED, pgbouncer, pgbouncer_binary
 from tests.support import Admin, GatewayProcess
 from tests.test_loop_guard_e2e import chat_agent, run_until_stopped
 from tests.test_watchdog import request_for
@@ -227,3 +228,16 @@ def test_the_request_limit_latch_leaves_requests_admitted_within_the_limit_runni
     admin.http.post(f"/admin/tasks/{task_id}/resume", json={"reason": "test"})
     admin.http.post(f"/admin/tasks/{task_id}/stop", json={"reason": "manual"})
     _ended(s, time.monotonic())  # any other stop does cut it
+
+
+@pytest.mark.skipif(pgbouncer_binary() is None, reason=NOT_INSTALLED)
+def test_through_pgbouncer_without_a_direct_listen_url_the_poller_cuts(gateway, admin, upstream, database_url):
+    """LISTEN through PgBouncer in transaction mode would hear nothing: the process sees
+    the pooler (its backend pid is not the one it was told at start-up) and polls."""
+    with pgbouncer(database_url) as through, GatewayProcess(through, upstream.base_url) as bounced:
+        bounced.path = "poll"  # type: ignore[attr-defined]
+        task_id, _, s = _open(bounced, admin, upstream)
+        admin.http.post(f"/admin/tasks/{task_id}/stop", json={"reason": "manual"})
+        _ended(s, time.monotonic())
+        assert _cut_event(admin, task_id, "poll")["detail"]["path"] == "poll"
+        assert "goes through a pooler" in bounced.output()

@@ -61,7 +61,10 @@ async def create_pool(database_url: str, settings: Settings) -> asyncpg.Pool:
         statement_cache_size=settings.database_statement_cache_size,
         init=_init_connection,
         reset=_keep_session,
-        server_settings={"application_name": "taskgate"},
+        # client_encoding spelt as PostgreSQL reports it: asyncpg's default 'utf-8' differs
+        # from the server's 'UTF8', and PgBouncer then re-sends SET client_encoding before
+        # every transaction (one more round trip and statement per admission).
+        server_settings={"application_name": "taskgate", "client_encoding": "UTF8"},
     )
 
 
