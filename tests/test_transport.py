@@ -58,14 +58,23 @@ def _response(body: bytes, *headers: str) -> bytes:
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
-def _client(**settings) -> httpx.AsyncClient:
+def _client(**settings):
     return create_client(Settings(database_url="postgresql+asyncpg://unused/unused", **settings))
+
+
+async def _get(client, url: str, **headers: str) -> tuple[httpx.Response, bytes]:
+    """GET ``url`` through the relay's client; the response and its raw body."""
+    response = await client.send(client.build_request("GET", url, headers=headers), stream=True)
+    try:
+        return response, b"".join([part async for part in response.aiter_raw()])
+    finally:
+        await response.aclose()
 
 
 async def test_refused_connection_is_a_connect_error() -> None:
     async with _client() as client:
         with pytest.raises(httpx.ConnectError):
-            await client.get(f"http://127.0.0.1:{free_port()}/v1/models")
+            await _get(client, f"http://127.0.0.1:{free_port()}/v1/models")
 
 
 async def test_connect_timeout_is_a_timeout() -> None:
@@ -86,7 +95,7 @@ async def test_connect_timeout_is_a_timeout() -> None:
         async with _client(upstream_connect_timeout_s=0.5) as client:
             started = asyncio.get_running_loop().time()
             with pytest.raises(httpx.ConnectTimeout):
-                await client.get(f"http://{host}:{port}/v1/models")
+                await _get(client, f"http://{host}:{port}/v1/models")
             assert asyncio.get_running_loop().time() - started < 30
     finally:
         for s in fillers:
@@ -100,7 +109,7 @@ async def test_close_before_headers_is_not_a_timeout() -> None:
 
     async with http_server(hang_up) as server, _client() as client:
         with pytest.raises(httpx.TransportError) as exc:
-            await client.get(server["url"] + "/v1/models")
+            await _get(client, server["url"] + "/v1/models")
         assert not isinstance(exc.value, httpx.TimeoutException), repr(exc.value)
 
 
@@ -112,9 +121,7 @@ async def test_close_mid_body_is_a_read_error() -> None:
 
     async with http_server(half) as server, _client() as client:
         with pytest.raises(httpx.ReadError):
-            async with client.stream("GET", server["url"] + "/v1/models") as response:
-                async for _ in response.aiter_raw():
-                    pass
+            await _get(client, server["url"] + "/v1/models")
 
 
 async def test_connection_cap_holds_and_connections_are_reused() -> None:
@@ -124,7 +131,7 @@ async def test_connection_cap_holds_and_connections_are_reused() -> None:
         await writer.drain()
 
     async with http_server(slow) as server, _client(upstream_max_connections=2) as client:
-        await asyncio.gather(*(client.get(server["url"] + "/v1/models") for _ in range(8)))
+        await asyncio.gather(*(_get(client, server["url"] + "/v1/models") for _ in range(8)))
         assert server["max_open"] <= 2 and server["connections"] <= 2, server
         assert len(server["heads"]) == 8
 
@@ -141,7 +148,7 @@ async def test_proxy_environment_is_ignored(monkeypatch: pytest.MonkeyPatch) -> 
         await writer.drain()
 
     async with http_server(ok) as server, _client() as client:
-        got = await client.get(server["url"] + "/v1/models")
+        got, _ = await _get(client, server["url"] + "/v1/models")
         assert got.status_code == 200 and server["heads"][0].startswith(b"GET /v1/models ")
 
 
@@ -155,9 +162,7 @@ async def test_body_is_relayed_undecoded_and_no_cookie_is_kept() -> None:
     async with http_server(gzipped) as server, _client() as client:
         url = server["url"].replace("127.0.0.1", "localhost")  # aiohttp keeps no cookies for IPs
         for _ in range(2):
-            async with client.stream("GET", url + "/v1/models",
-                                     headers={"accept-encoding": "identity"}) as response:
-                raw = b"".join([part async for part in response.aiter_raw()])
+            _, raw = await _get(client, url + "/v1/models", **{"accept-encoding": "identity"})
             assert raw == compressed
         first, second = (head.lower() for head in server["heads"])
         assert b"accept-encoding: identity\r\n" in first

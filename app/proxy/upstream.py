@@ -15,7 +15,7 @@ from __future__ import annotations
 import httpx
 
 from app.config.schema import Provider
-from app.proxy.transport import UpstreamTransport, no_cookies
+from app.proxy.transport import UpstreamClient, UpstreamTransport
 from app.settings import Settings
 
 #: RFC 9110 §7.6.1 hop-by-hop headers, plus those the gateway recomputes.
@@ -86,14 +86,10 @@ def response_headers(headers: httpx.Headers) -> list[tuple[bytes, bytes]]:
     return [(k, v) for k, v in headers.raw if k.decode("latin-1").lower() not in _DROP_RESPONSE]
 
 
-def create_client(settings: Settings) -> httpx.AsyncClient:
-    """The process's one pooled client, on aiohttp (:mod:`app.proxy.transport`). Only
-    the connect timeout is set here: stream reads are bounded by the watchdog,
-    non-streamed bodies by ``upstream_timeout_s``."""
-    return httpx.AsyncClient(
-        transport=UpstreamTransport(limit=settings.upstream_max_connections),
-        timeout=httpx.Timeout(None, connect=settings.upstream_connect_timeout_s),
-        follow_redirects=False,
-        trust_env=False,
-        cookies=no_cookies(),
-    )
+def create_client(settings: Settings) -> UpstreamClient:
+    """The process's one pooled upstream client (:mod:`app.proxy.transport`):
+    ``upstream_max_connections`` connections at most, ``upstream_connect_timeout_s``
+    to connect; stream reads are bounded by the watchdog, non-streamed bodies by
+    ``upstream_timeout_s``."""
+    return UpstreamClient(UpstreamTransport(limit=settings.upstream_max_connections),
+                          connect_timeout_s=settings.upstream_connect_timeout_s)
