@@ -64,7 +64,7 @@ class UpstreamClient:
         self._timeout = {"connect": connect_timeout_s, "read": None, "write": None, "pool": None}
 
     def build_request(self, method: str, url: str, *, content: bytes | None = None,
-                      headers: dict[str, str] | None = None) -> httpx.Request:
+                      headers: list[tuple[bytes, bytes]] | dict[str, str] | None = None) -> httpx.Request:
         """An ``httpx.Request`` as it will be sent (``host`` and ``content-length``
         are added from ``url`` and ``content``)."""
         return httpx.Request(method, url, content=content, headers=headers,
