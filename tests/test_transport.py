@@ -1,8 +1,9 @@
-"""The upstream client (``app.proxy.upstream.create_client``, aiohttp under httpx's
-API) keeps the guarantees the relay relies on: refused connections are connect
-errors (502) and only real timeouts are timeouts (504), the connect timeout
-applies, the connection cap holds, no proxy is taken from the environment, the
-body arrives byte for byte and undecoded, and no cookie travels between requests.
+"""The upstream client (``app.proxy.upstream.create_client``, on aiohttp) keeps the
+guarantees the relay relies on: refused connections are connect errors (502) and
+only real timeouts are timeouts (504), the connect timeout applies, the connection
+cap holds and finished connections are reused, a stream closed early closes its
+connection, no proxy is taken from the environment, the body arrives byte for byte
+and undecoded, and no cookie travels between requests.
 
 Each test runs a real HTTP/1.1 server on loopback (a bare asyncio server, so the
 test sees exactly what went over the wire)."""
@@ -167,3 +168,36 @@ async def test_body_is_relayed_undecoded_and_no_cookie_is_kept() -> None:
         first, second = (head.lower() for head in server["heads"])
         assert b"accept-encoding: identity\r\n" in first
         assert b"cookie" not in second, second
+
+
+async def test_a_stream_closed_early_closes_its_connection() -> None:
+    closed = asyncio.Event()
+
+    async def endless(head: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
+        try:
+            for _ in range(200):
+                writer.write(b"f\r\ndata: {\"a\":1}\n\n\r\n")
+                await writer.drain()
+                await asyncio.sleep(0.01)
+        except ConnectionError:
+            closed.set()
+            raise
+        closed.set()
+
+    async with http_server(endless) as server, _client() as client:
+        response = await client.send(client.build_request("GET", server["url"] + "/v1/x"), stream=True)
+        first = await response.aiter_raw().__anext__()
+        assert first.startswith(b"data: ")
+        await response.aclose()
+        await asyncio.wait_for(closed.wait(), 10)  # long before the 2 s the server would stream
+
+
+async def test_get_reads_json() -> None:
+    async def models(head: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(_response(b'{"data": [{"id": "m"}]}', "content-type: application/json"))
+        await writer.drain()
+
+    async with http_server(models) as server, _client() as client:
+        got = await client.get(server["url"] + "/v1/models")
+        assert got.status_code == 200 and got.json() == {"data": [{"id": "m"}]}

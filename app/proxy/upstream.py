@@ -12,10 +12,8 @@ Other request headers are forwarded byte for byte (see :mod:`app.proxy.inbound`)
 
 from __future__ import annotations
 
-import httpx
-
 from app.config.schema import Provider
-from app.proxy.transport import UpstreamClient, UpstreamTransport
+from app.proxy.transport import ResponseHeaders, UpstreamClient
 from app.settings import Settings
 
 #: RFC 9110 §7.6.1 hop-by-hop headers, plus those the gateway recomputes.
@@ -81,7 +79,7 @@ def request_headers(provider: Provider, incoming: list[tuple[bytes, bytes]],
     return out
 
 
-def response_headers(headers: httpx.Headers) -> list[tuple[bytes, bytes]]:
+def response_headers(headers: ResponseHeaders) -> list[tuple[bytes, bytes]]:
     """Upstream response headers to relay (raw ASGI pairs), minus hop-by-hop ones."""
     return [(k, v) for k, v in headers.raw if k.decode("latin-1").lower() not in _DROP_RESPONSE]
 
@@ -91,5 +89,5 @@ def create_client(settings: Settings) -> UpstreamClient:
     ``upstream_max_connections`` connections at most, ``upstream_connect_timeout_s``
     to connect; stream reads are bounded by the watchdog, non-streamed bodies by
     ``upstream_timeout_s``."""
-    return UpstreamClient(UpstreamTransport(limit=settings.upstream_max_connections),
+    return UpstreamClient(limit=settings.upstream_max_connections,
                           connect_timeout_s=settings.upstream_connect_timeout_s)
