@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from bench import config as cfgmod
-from bench import litellm_proxy, report
+from bench import litellm_proxy, portkey, report, summary
 from bench.services import REPO
 from bench.suite import Suite, log
 
@@ -50,24 +50,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, help="repeats (default 3; --quick 1)")
     parser.add_argument("--only", help=f"comma-separated figures: {','.join(cfgmod.FIGURES)}")
     parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM column")
-    parser.add_argument("--no-server-pg", action="store_true", help="skip PostgreSQL at 127.0.0.1:5432")
+    parser.add_argument("--no-portkey", action="store_true", help="skip the Portkey gateway column")
+    parser.add_argument("--server-pg", action="store_true",
+                        help="also measure taskgate on the PostgreSQL server at 127.0.0.1:5432")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="gateway processes of the multi-worker path (default 2; 1 skips it)")
     parser.add_argument("--litellm-python", help="interpreter that has litellm[proxy] installed")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results directory (default bench/results)")
     parser.add_argument("--from-json", type=Path, metavar="JSON",
                         help="re-render the markdown report of an earlier run's JSON, then exit")
+    parser.add_argument("--readme", action="store_true",
+                        help="with --from-json: regenerate README.md's Performance table from that run instead")
     parser.add_argument("--setup-litellm", action="store_true",
                         help="create bench/.venv-litellm with litellm[proxy] from PyPI, then exit")
+    parser.add_argument("--setup-portkey", action="store_true",
+                        help="npm install @portkey-ai/gateway into bench/.portkey, then exit")
     args = parser.parse_args(argv)
 
     if args.setup_litellm:
         return litellm_proxy.setup_venv()
+    if args.setup_portkey:
+        return portkey.setup()
     if args.from_json:
         doc = json.loads(args.from_json.read_text())
         fields = {f.name for f in dataclasses.fields(cfgmod.Config)}
         cfg = cfgmod.Config(**{k: (set(v) if k == "only" else tuple(v) if isinstance(v, list) else v)
                                for k, v in doc["config"].items() if k in fields})
-        summary = report.summarize(doc["records"], cfg, doc["paths"])
-        print(report.render(summary, doc["meta"], cfg, doc["paths"])
+        figures = summary.summarize(doc["records"], cfg, doc["paths"])
+        if args.readme:
+            readme = REPO / "README.md"
+            readme.write_text(report.update_readme(readme.read_text(), report.readme_table(figures, doc["meta"], cfg)))
+            log(f"updated the Performance table in {readme}")
+            return 0
+        print(report.render(figures, doc["meta"], cfg, doc["paths"])
               + f"\nWhole run including setup and teardown: {doc['meta'].get('wall_s', 0):.0f} s.\n")
         return 0
 
@@ -80,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown figures: {', '.join(sorted(unknown))}")
     cfg.use_litellm = not args.no_litellm
-    cfg.use_server_pg = not args.no_server_pg
+    cfg.use_server_pg = args.server_pg
+    cfg.use_portkey = not args.no_portkey
+    cfg.workers = max(1, args.workers)
 
     t0 = time.monotonic()
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "mode": "quick" if args.quick else "full",
@@ -88,17 +105,19 @@ def main(argv: list[str] | None = None) -> int:
     with Suite(cfg, args.litellm_python) as suite:
         records = suite.run()
         meta.update(suite.info)
-        paths = {k: {"available": p.ok, "reason": p.unavailable, "notes": p.notes} for k, p in suite.paths.items()}
+        paths = {k: {"available": p.ok, "reason": p.unavailable, "notes": p.notes,
+                     "label": p.label.replace("N workers", f"{cfg.workers} workers")}
+                 for k, p in suite.paths.items()}
     meta["wall_s"] = round(time.monotonic() - t0, 1)
     meta["app_digest_end"] = _app_digest()
 
-    summary = report.summarize(records, cfg, paths)
-    markdown = report.render(summary, meta, cfg, paths)
+    figures = summary.summarize(records, cfg, paths)
+    markdown = report.render(figures, meta, cfg, paths)
     markdown += f"\nWhole run including setup and teardown: {meta['wall_s']:.0f} s.\n"
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     doc = {"meta": meta, "config": _jsonable(dataclasses.asdict(cfg)), "paths": paths,
-           "summary": summary, "records": records}
+           "summary": figures, "records": records}
     (args.out / "latest.md").write_text(markdown)
     (args.out / "latest.json").write_text(json.dumps(doc, indent=1, default=str))
     shutil.copy(args.out / "latest.md", args.out / f"{stamp}-{meta['mode']}.md")

@@ -20,7 +20,7 @@ class Config:
     paced_warmup_s: float = 0.7
     paced_duration_s: float = 2.0
     """Per-chunk CPU runs: chunks arrive one by one, ``paced_delay_ms`` apart."""
-    concurrencies: tuple[int, ...] = (1, 16, 128)
+    concurrencies: tuple[int, ...] = (1, 16, 64, 128)
     tool_turn_concurrencies: tuple[int, ...] = (1, 16)
     chunk_counts: tuple[int, int] = (50, 500)
     chunk_size: int = 16
@@ -52,10 +52,18 @@ class Config:
     warm_requests: int = 20
     """Untimed requests per path and response shape before the first repeat
     (LiteLLM's first requests import code lazily and take seconds)."""
-    time_budget_s: float = 840.0
-    """Hard ceiling: no new repeat starts after this many seconds (14 min)."""
-    use_server_pg: bool = True
+    time_budget_s: float = 500.0
+    """Hard ceiling: no repeat starts that would end (judged by the last one's
+    length) after this many seconds of measurement; keeps a full run near 10
+    minutes with set-up."""
+    durable_concurrencies: tuple[int, ...] = (1, 16)
+    """The durable reservation's cost: non-streaming runs at these c with the
+    embedded server's fsync on and off."""
+    workers: int = 2
+    """Gateway processes of the ``taskgate_workers`` path (1: no such path)."""
+    use_server_pg: bool = False
     use_litellm: bool = True
+    use_portkey: bool = True
     only: set[str] = field(default_factory=set)
     """Figures to run (empty: all)."""
 
@@ -65,7 +73,7 @@ def full() -> Config:
 
 
 def quick() -> Config:
-    """About two and a half minutes: one repeat, short windows, same figures; 200
+    """About three minutes: one repeat, short windows, same figures; 200
     tasks instead of 1,000 for the spread figures (task creation dominates set-up)."""
     return Config(repeats=1, warmup_s=0.25, duration_s=1.0, stream_duration_s=0.8, paced_warmup_s=0.6,
                   paced_duration_s=1.2, admission_duration_s=0.8, history_duration_s=0.8,
@@ -74,4 +82,4 @@ def quick() -> Config:
                   time_budget_s=240.0)
 
 
-FIGURES = ("latency", "tool_turn", "stream", "relay_cpu", "admission", "history", "memory", "parsing")
+FIGURES = ("latency", "durable", "tool_turn", "stream", "relay_cpu", "admission", "history", "memory", "parsing")

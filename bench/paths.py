@@ -4,6 +4,10 @@
 - ``taskgate_embedded`` / ``taskgate_server``: client → taskgate → upstream, with
   admission on the embedded PostgreSQL / on the server at 127.0.0.1:5432; loop
   guard on (the default).
+- ``taskgate_workers``: as ``taskgate_embedded`` (same database and tasks), with
+  ``--workers N`` gateway processes (N from the suite's ``--workers``; latency
+  figure only).
+- ``portkey``: client → Portkey gateway (Node) → upstream (non-streaming figures).
 - ``litellm``: client → LiteLLM proxy → upstream (master key, no database).
 """
 
@@ -20,11 +24,14 @@ from bench.services import Service
 LABELS = {
     "direct": "direct (floor)",
     "taskgate_embedded": "taskgate, embedded PG",
+    "taskgate_workers": "taskgate, N workers, embedded PG",
     "taskgate_server": "taskgate, PG server",
+    "portkey": "Portkey gateway",
     "litellm": "LiteLLM proxy",
 }
-ORDER = ("direct", "taskgate_embedded", "taskgate_server", "litellm")
+ORDER = ("direct", "taskgate_embedded", "taskgate_workers", "taskgate_server", "portkey", "litellm")
 TASKGATE = ("taskgate_embedded", "taskgate_server")
+"""The taskgate paths every taskgate figure runs on."""
 
 
 @dataclass
@@ -44,6 +51,13 @@ class Path:
     fresh_proxy: Callable[[], Service] | None = None
     """Starts a new proxy process of this path (same database/config): the memory
     figure measures a fresh process each repeat, since freed memory stays in RSS."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Added to every request (Portkey's routing headers)."""
+    figures: frozenset[str] | None = None
+    """The figures this path takes part in (``None``: every figure that applies)."""
+
+    def runs(self, figure: str) -> bool:
+        return self.ok and (self.figures is None or figure in self.figures)
 
     @property
     def label(self) -> str:
@@ -70,7 +84,7 @@ class Path:
 
     def spec(self, **kw: object) -> dict[str, object]:
         """A load spec aimed at this path (``tokens`` default to the spread set)."""
-        spec: dict[str, object] = {"host": "127.0.0.1", "port": self.port,
+        spec: dict[str, object] = {"host": "127.0.0.1", "port": self.port, "headers": self.headers,
                                    "tokens": self.spread_tokens or [self.hot_token]}
         spec.update(kw)
         return spec

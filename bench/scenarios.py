@@ -19,7 +19,7 @@ from bench.driver import LoadError, run_load
 from bench.load import chat_body
 from bench.metrics import rss_bytes
 from bench.paths import TASKGATE, Path
-from bench.services import Service
+from bench.services import Service, set_fsync
 from bench.upstream import model_name
 
 Record = dict[str, Any]
@@ -58,6 +58,26 @@ def latency(paths: list[Path], cfg: Config, repeat: int) -> list[Record]:
             out.append(_record("latency", p, {"c": c}, repeat, lambda p=p, c=c: _closed(
                 p, cfg, body={"kind": "chat", "model": NONSTREAM_MODEL, "stream": False},
                 concurrency=c, duration_s=cfg.duration_s, min_requests=cfg.min_samples)))
+    return out
+
+
+def durable(paths: list[Path], cfg: Config, repeat: int) -> list[Record]:
+    """The durable reservation's cost: non-streaming runs on the embedded server
+    with ``fsync`` on (every admission commit waits for the disk) and off (it does
+    not), back to back; fsync is on again afterwards."""
+    out = []
+    for p in paths:
+        if p.key != "taskgate_embedded" or not p.database_url:
+            continue
+        try:
+            for c in cfg.durable_concurrencies:
+                for fsync in ("on", "off"):
+                    set_fsync(p.database_url, fsync == "on")
+                    out.append(_record("durable", p, {"c": c, "fsync": fsync}, repeat, lambda p=p, c=c: _closed(
+                        p, cfg, body={"kind": "chat", "model": NONSTREAM_MODEL, "stream": False},
+                        concurrency=c, duration_s=cfg.duration_s)))
+        finally:
+            set_fsync(p.database_url, True)
     return out
 
 
@@ -200,17 +220,19 @@ def _hold(p: Path, svc: Service, cfg: Config) -> dict[str, Any]:
     return result
 
 
-def warm(port: int, token: str, cfg: Config, budget_s: float = 60.0) -> int:
-    """Untimed requests of every response shape to the proxy on ``port`` (bounded
-    by ``budget_s`` seconds), so no figure pays for lazy imports or cold pools.
-    Returns how many failed."""
+def warm(port: int, token: str, cfg: Config, budget_s: float = 60.0, *,
+         headers: dict[str, str] | None = None, streams: bool = True) -> int:
+    """Untimed requests of every response shape (non-streaming only unless
+    ``streams``) to the proxy on ``port`` (bounded by ``budget_s`` seconds), so no
+    figure pays for lazy imports or cold pools. Returns how many failed."""
     shapes = [(NONSTREAM_MODEL, False, cfg.warm_requests)]
-    shapes += [(model_name(n, cfg.chunk_size), True, max(2, cfg.warm_requests // 4)) for n in cfg.chunk_counts]
-    shapes += [(model_name(cfg.chunk_counts[0], cfg.chunk_size, delay_ms=cfg.paced_delay_ms), True, 1)]
+    if streams:
+        shapes += [(model_name(n, cfg.chunk_size), True, max(2, cfg.warm_requests // 4)) for n in cfg.chunk_counts]
+        shapes += [(model_name(cfg.chunk_counts[0], cfg.chunk_size, delay_ms=cfg.paced_delay_ms), True, 1)]
     deadline = time.monotonic() + budget_s
     failures = 0
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
-                      headers={"authorization": f"Bearer {token}"}) as client:
+                      headers={"authorization": f"Bearer {token}", **(headers or {})}) as client:
         for model, stream, count in shapes:
             body = chat_body(model, stream)
             for _ in range(count):
@@ -233,6 +255,7 @@ def parsing(cfg: Config, repeat: int) -> list[Record]:
 
 PATH_FIGURES: dict[str, Callable[[list[Path], Config, int], list[Record]]] = {
     "latency": latency,
+    "durable": durable,
     "tool_turn": tool_turn,
     "stream": stream,
     "relay_cpu": relay_cpu,

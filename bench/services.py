@@ -142,9 +142,10 @@ def start_upstream(log_dir: Path) -> Service:
     return svc
 
 
-def start_gateway(name: str, database_url: str, upstream: Service, log_dir: Path) -> Service:
-    """``python -m app.cli serve`` on ``database_url`` (migrated on start), relaying
-    to ``upstream``; settings are the defaults except those a benchmark needs."""
+def start_gateway(name: str, database_url: str, upstream: Service, log_dir: Path, workers: int = 1) -> Service:
+    """``python -m app.cli serve --workers N`` on ``database_url`` (migrated on
+    start), relaying to ``upstream``; settings are the defaults except those a
+    benchmark needs."""
     port = free_port()
     env = child_env(
         TASKGATE_DATABASE_URL=database_url,
@@ -155,7 +156,8 @@ def start_gateway(name: str, database_url: str, upstream: Service, log_dir: Path
         TASKGATE_DEFAULT_REQUEST_LIMIT=str(10**12),
         TASKGATE_DATA_DIR=str(log_dir / f"{name}-data"),
     )
-    cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning"]
+    cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning",
+           "--workers", str(workers)]
     svc = spawn(name, cmd, port, log_dir, env)
     wait_http(svc, "/readyz", 60)
     return svc
@@ -223,6 +225,14 @@ async def _server_version(url: str) -> str:
 def database_version(url: str) -> str:
     """``server_version`` of the PostgreSQL at ``url``."""
     return asyncio.run(_server_version(url))
+
+
+def set_fsync(url: str, on: bool) -> None:
+    """Turn the server's ``fsync`` on or off (``ALTER SYSTEM`` + reload; needs a
+    superuser). With it off, a commit that waits for its WAL (``synchronous_commit
+    = on``) no longer waits for the disk: the durable reservation's cost is the
+    difference."""
+    asyncio.run(_admin_sql(url, "ALTER SYSTEM SET fsync = " + ("on" if on else "off"), "SELECT pg_reload_conf()"))
 
 
 @contextmanager

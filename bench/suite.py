@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from pathlib import Path as FsPath
 from typing import Any
 
-from bench import litellm_proxy, scenarios
+from bench import litellm_proxy, portkey, scenarios
 from bench.config import FIGURES, Config
 from bench.metrics import PgBackends, machine
 from bench.paths import ORDER, Path
@@ -95,17 +95,20 @@ class Suite:
             self.paths["litellm"].unavailable = "skipped (--no-litellm)"
 
         self._setup_taskgate("taskgate_embedded", upstream)
+        self._setup_workers(upstream)
         if cfg.use_server_pg:
             self._setup_taskgate("taskgate_server", upstream)
         else:
-            self.paths["taskgate_server"].unavailable = "skipped (--no-server-pg)"
+            self.paths["taskgate_server"].unavailable = "not asked for (--server-pg)"
+        self._setup_portkey(upstream)
 
         if litellm is not None:
             self._await_litellm(litellm, upstream)
         for p in self.paths.values():
             if p.ok:
                 t0 = time.monotonic()
-                failures = scenarios.warm(p.port, p.spread_tokens[0] if p.spread_tokens else p.hot_token, cfg)
+                failures = scenarios.warm(p.port, p.spread_tokens[0] if p.spread_tokens else p.hot_token, cfg,
+                                          headers=p.headers, streams=p.runs("stream"))
                 log(f"{p.key}: warmed in {time.monotonic() - t0:.1f} s" + (f" ({failures} failed)" if failures else ""))
 
     def _setup_taskgate(self, key: str, upstream: Service) -> None:
@@ -130,6 +133,50 @@ class Suite:
         p.fresh_proxy = lambda: start_gateway(f"{key}-fresh", url, upstream, self.tmp)
         p.pg = PgBackends(url)
         log(f"{key}: gateway on :{gw.port}, {len(tokens)} tasks")
+
+    def _setup_workers(self, upstream: Service) -> None:
+        """The ``taskgate_workers`` path: ``cfg.workers`` gateway processes on the
+        embedded database and tasks of ``taskgate_embedded``."""
+        p, base = self.paths["taskgate_workers"], self.paths["taskgate_embedded"]
+        p.figures = frozenset({"latency"})
+        if self.cfg.workers < 2:
+            p.unavailable = "not asked for (--workers 1)"
+            return
+        if not base.ok or base.database_url is None:
+            p.unavailable = f"needs the embedded gateway ({base.unavailable})"
+            return
+        try:
+            gw = start_gateway("taskgate-workers", base.database_url, upstream, self.tmp, workers=self.cfg.workers)
+        except Unavailable as exc:
+            p.unavailable = str(exc)
+            return
+        self.services.append(gw)
+        p.port, p.proxy, p.upstream, p.pg = gw.port, gw, upstream, base.pg
+        p.hot_token, p.spread_tokens, p.database_url = base.hot_token, base.spread_tokens, base.database_url
+        log(f"taskgate_workers: {self.cfg.workers} workers on :{gw.port}")
+
+    def _setup_portkey(self, upstream: Service) -> None:
+        p = self.paths["portkey"]
+        p.figures = frozenset({"latency"})
+        if not self.cfg.use_portkey:
+            p.unavailable = "skipped (--no-portkey)"
+            return
+        node, how = portkey.find()
+        if node is None:
+            p.unavailable = how
+            log(f"portkey unavailable: {how}")
+            return
+        try:
+            svc = portkey.start(node, self.tmp)
+        except Unavailable as exc:
+            p.unavailable = f"Portkey did not start: {exc}"
+            return
+        self.services.append(svc)
+        self.info["versions"]["portkey"] = how
+        p.port, p.proxy, p.upstream, p.hot_token = svc.port, svc, upstream, "x"
+        p.headers = portkey.headers(upstream)
+        p.notes.append(portkey.STREAMS_NOTE)
+        log(f"portkey on :{svc.port} ({how})")
 
     def _spawn_litellm(self, upstream: Service) -> Service | None:
         python, how = litellm_proxy.find_python(self.litellm_python)
@@ -188,7 +235,7 @@ class Suite:
                 break
             t_repeat = time.monotonic()
             for fig in figures:
-                active = [p for p in self._rotated(repeat) if p.ok]
+                active = [p for p in self._rotated(repeat) if p.runs(fig)]
                 t0 = time.monotonic()
                 if fig == "parsing":
                     new = scenarios.parsing(cfg, repeat)
