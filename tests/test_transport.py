@@ -201,3 +201,11 @@ async def test_get_reads_json() -> None:
     async with http_server(models) as server, _client() as client:
         got = await client.get(server["url"] + "/v1/models")
         assert got.status_code == 200 and got.json() == {"data": [{"id": "m"}]}
+
+
+def test_a_request_rebuilt_from_its_raw_headers_is_the_same() -> None:
+    client = _client()
+    pairs = [(b"content-type", b"application/json"), (b"x-note", "café".encode())]
+    first = client.build_request("POST", "http://127.0.0.1:1/v1/chat/completions", content=b"{}", headers=pairs)
+    again = client.build_request("POST", first.url, content=b"{}", headers=first.headers.raw)
+    assert again.headers == first.headers and (b"x-note", "café".encode()) in again.headers.raw

@@ -53,6 +53,15 @@ def upstream_error(exc: BaseException) -> httpx.TransportError | None:
     return None
 
 
+class RequestHeaders(list):
+    """A request's headers: ``(name, value)`` text pairs, and ``raw``, the same as
+    bytes (as ``httpx.Headers.raw`` gives them)."""
+
+    @property
+    def raw(self) -> list[tuple[bytes, bytes]]:
+        return [(name.encode("latin-1"), value.encode("utf-8")) for name, value in self]
+
+
 @dataclass(slots=True)
 class UpstreamRequest:
     """A request as it will be sent (aiohttp adds ``host`` and ``content-length``)."""
@@ -60,7 +69,7 @@ class UpstreamRequest:
     method: str
     url: str
     content: bytes | None
-    headers: list[tuple[str, str]]
+    headers: RequestHeaders
 
 
 class ResponseHeaders:
@@ -167,11 +176,11 @@ class UpstreamClient:
         gateway admits no other header bytes); names and values are kept as given,
         and ``accept-encoding: identity`` is added when the headers name none."""
         if headers is None:
-            pairs: list[tuple[str, str]] = []
+            pairs = RequestHeaders()
         elif isinstance(headers, dict):
-            pairs = list(headers.items())
+            pairs = RequestHeaders(headers.items())
         else:
-            pairs = [(name.decode("latin-1"), _text(value)) for name, value in headers]
+            pairs = RequestHeaders((name.decode("latin-1"), _text(value)) for name, value in headers)
         if not any(name.lower() == "accept-encoding" for name, _ in pairs):
             pairs.append(("accept-encoding", "identity"))  # else aiohttp asks for gzip
         return UpstreamRequest(method, url, content, pairs)
