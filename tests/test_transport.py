@@ -209,3 +209,24 @@ def test_a_request_rebuilt_from_its_raw_headers_is_the_same() -> None:
     first = client.build_request("POST", "http://127.0.0.1:1/v1/chat/completions", content=b"{}", headers=pairs)
     again = client.build_request("POST", first.url, content=b"{}", headers=first.headers.raw)
     assert again.headers == first.headers and (b"x-note", "café".encode()) in again.headers.raw
+
+
+async def test_aread_and_aiter_bytes_undo_gzip_as_httpx_would() -> None:
+    plain = b'{"ok": true}' * 50
+
+    async def gzipped(head: bytes, writer: asyncio.StreamWriter) -> None:
+        writer.write(_response(gzip.compress(plain), "content-encoding: gzip"))
+        await writer.drain()
+
+    async with http_server(gzipped) as server, _client() as client:
+        got = await client.get(server["url"] + "/v1/models")
+        assert await got.aread() == plain and got.is_success
+        response = await client.send(client.build_request("GET", server["url"] + "/v1/models"))
+        assert b"".join([part async for part in response.aiter_bytes()]) == plain
+        await response.aclose()
+
+
+@pytest.mark.parametrize("url", ["/v1/relative", "ftp://127.0.0.1/x", "http://[::1/x"])
+def test_an_unsendable_url_fails_when_the_request_is_built(url: str) -> None:
+    with pytest.raises(httpx.InvalidURL):
+        _client().build_request("POST", url, content=b"{}")

@@ -11,8 +11,10 @@ talks to aiohttp directly, through the small surface it uses:
 - :meth:`UpstreamClient.build_request` → :class:`UpstreamRequest` (method, URL, body,
   raw header pairs);
 - :meth:`UpstreamClient.send` → :class:`UpstreamResponse`: ``status_code``,
-  ``headers`` (``get(name)``, ``raw`` pairs), ``aiter_raw()`` (the body as it
-  arrives, byte for byte, no decoding), ``aread()``, ``json()``, ``aclose()``.
+  ``is_success``, ``headers`` (``get(name)``, ``raw`` pairs), ``aiter_raw()`` (the
+  body as it arrives, byte for byte, no decoding), ``aiter_bytes()`` and ``aread()``
+  (decoded as httpx would: ``gzip`` and ``deflate`` content codings undone, others
+  left as they are), ``json()``, ``aclose()``.
 
 Errors are httpx's exception types, so callers keep one vocabulary:
 ``httpx.ConnectTimeout`` (the connect timeout passed; 504 in the relay),
@@ -31,11 +33,13 @@ before its end closes its connection; a finished one returns it to the pool.
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, AsyncIterator
 
 import aiohttp
 import httpx
+import yarl
 
 #: What the aiohttp errors mean for the relay (first match wins).
 _ERRORS: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], type[httpx.TransportError]], ...] = (
@@ -67,7 +71,7 @@ class UpstreamRequest:
     """A request as it will be sent (aiohttp adds ``host`` and ``content-length``)."""
 
     method: str
-    url: str
+    url: yarl.URL
     content: bytes | None
     headers: RequestHeaders
 
@@ -97,21 +101,41 @@ class UpstreamResponse:
         self.headers = ResponseHeaders(response)
         self._body: bytes | None = None
 
+    @property
+    def is_success(self) -> bool:
+        """A 2xx status."""
+        return 200 <= self.status_code < 300
+
     def aiter_raw(self) -> _RawChunks:
         """The body as it arrives (each item is what one read returned; nothing is
         decoded or re-chunked). Raises ``httpx.ReadError`` when it breaks off."""
         return _RawChunks(self._response.content)
 
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body as it arrives, content coding undone (see the module docstring).
+        Raises ``httpx.ReadError`` or ``httpx.DecodingError``."""
+        decoder = _Decoder(self.headers.get("content-encoding"))
+        async for chunk in self.aiter_raw():
+            out = decoder.decode(chunk)
+            if out:
+                yield out
+        tail = decoder.flush()
+        if tail:
+            yield tail
+
     async def aread(self) -> bytes:
-        """The whole body. Raises ``httpx.ReadError``."""
+        """The whole body, content coding undone. Raises ``httpx.ReadError`` or
+        ``httpx.DecodingError``."""
         if self._body is None:
             try:
-                self._body = await self._response.read()
+                raw = await self._response.read()
             except Exception as exc:
                 mapped = upstream_error(exc)
                 if mapped is None:
                     raise
                 raise mapped from exc
+            decoder = _Decoder(self.headers.get("content-encoding"))
+            self._body = decoder.decode(raw) + decoder.flush()
         return self._body
 
     def json(self) -> Any:
@@ -124,6 +148,41 @@ class UpstreamResponse:
         """Give the connection back: to the pool when the body was read to its end;
         aiohttp closes it otherwise (a stream cut short is never reused)."""
         self._response.release()
+
+
+class _Decoder:
+    """Undoes ``gzip`` / ``deflate`` content codings (applied in order, undone in
+    reverse); other codings pass through, as with httpx."""
+
+    def __init__(self, content_encoding: str | None) -> None:
+        codings = [c.strip().lower() for c in (content_encoding or "").split(",")]
+        self._steps = [c for c in reversed(codings) if c in ("gzip", "x-gzip", "deflate")]
+        self._objs = [zlib.decompressobj(zlib.MAX_WBITS | 16 if c != "deflate" else zlib.MAX_WBITS)
+                      for c in self._steps]
+        self._first = [True] * len(self._steps)
+
+    def decode(self, data: bytes) -> bytes:
+        for i, step in enumerate(self._steps):
+            if not data:
+                break
+            try:
+                data = self._objs[i].decompress(data)
+            except zlib.error as exc:
+                if step == "deflate" and self._first[i]:  # raw deflate, no zlib header
+                    self._objs[i] = zlib.decompressobj(-zlib.MAX_WBITS)
+                    data = self._objs[i].decompress(data)
+                else:
+                    raise httpx.DecodingError(f"{step}: {exc}") from exc
+            self._first[i] = False
+        return data
+
+    def flush(self) -> bytes:
+        out = b""
+        for obj in self._objs:
+            if out:
+                out = obj.decompress(out)
+            out += obj.flush()
+        return out
 
 
 class _RawChunks:
@@ -170,7 +229,7 @@ class UpstreamClient:
             timeout=self._timeout,
         )
 
-    def build_request(self, method: str, url: str, *, content: bytes | None = None,
+    def build_request(self, method: str, url: str | yarl.URL, *, content: bytes | None = None,
                       headers: list[tuple[bytes, bytes]] | dict[str, str] | None = None) -> UpstreamRequest:
         """A request for :meth:`send`. Header values are sent as UTF-8 text (the
         gateway admits no other header bytes); names and values are kept as given,
@@ -183,7 +242,7 @@ class UpstreamClient:
             pairs = RequestHeaders((name.decode("latin-1"), _text(value)) for name, value in headers)
         if not any(name.lower() == "accept-encoding" for name, _ in pairs):
             pairs.append(("accept-encoding", "identity"))  # else aiohttp asks for gzip
-        return UpstreamRequest(method, url, content, pairs)
+        return UpstreamRequest(method, _checked(url), content, pairs)
 
     async def send(self, request: UpstreamRequest, *, stream: bool = True) -> UpstreamResponse:
         """Send ``request`` and return once the response head is in; its body is read
@@ -222,6 +281,18 @@ class UpstreamClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _checked(url: str | yarl.URL) -> yarl.URL:
+    """``url`` parsed; ``httpx.InvalidURL`` unless it is an absolute http(s) URL (so a
+    request that cannot be sent fails when it is built, before any admission)."""
+    try:
+        parsed = url if isinstance(url, yarl.URL) else yarl.URL(url)
+    except (ValueError, TypeError) as exc:
+        raise httpx.InvalidURL(f"invalid upstream URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise httpx.InvalidURL(f"invalid upstream URL: {str(url)[:200]}")
+    return parsed
 
 
 def _text(value: bytes) -> str:
