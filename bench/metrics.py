@@ -14,6 +14,8 @@ import math
 import os
 import platform
 import sys
+import tempfile
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -217,3 +219,21 @@ def machine() -> dict[str, object]:
         "executable": sys.executable,
         "load_avg_1m_at_start": round(os.getloadavg()[0], 2),
     }
+
+
+def fdatasync_ms(directory: str, n: int = 30) -> list[float]:
+    """Milliseconds each of ``n`` 8 KiB write + ``fdatasync`` pairs took in a scratch
+    file under ``directory``: what a commit waiting for its WAL waits for here."""
+    out = []
+    fd, path = tempfile.mkstemp(dir=directory, prefix="bench-fsync-")
+    try:
+        block = b"\0" * 8192
+        for _ in range(n):
+            t0 = time.perf_counter()
+            os.write(fd, block)
+            os.fdatasync(fd)
+            out.append((time.perf_counter() - t0) * 1000.0)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return out

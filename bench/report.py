@@ -37,6 +37,11 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def _versions(meta: dict[str, Any]) -> list[str]:
+    """``name version`` of each component (the name once, when the version already starts with it)."""
+    return [v if str(v).lower().startswith(k.lower()) else f"{k} {v}" for k, v in meta.get("versions", {}).items()]
+
+
 def _label(p: str) -> str:
     return _LABELS.get(p, p)
 
@@ -60,7 +65,7 @@ def render(s: dict[str, Any], meta: dict[str, Any], cfg: Config, paths: dict[str
                f"{m['load_avg_1m_at_start']}; CPU used by other processes during the measured windows: "
                f"{fmt(s.get('other_load_cores'))} cores (median, min–max over windows). "
                "Client, upstream, proxy and PostgreSQL all share these cores.")
-    vers = ", ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items())
+    vers = ", ".join(_versions(meta))
     if vers:
         out.append(f"**Versions:** {vers}.")
     out.append("")
@@ -215,14 +220,16 @@ def _durable(s: dict[str, Any], cfg: Config) -> list[str]:
     out = ["### The durable reservation's cost", "",
            "taskgate, embedded PG, non-streaming, back-to-back runs with the server's `fsync` on (each admission "
            "commit waits for the disk) and off (it does not); cost = p50(on) − p50(off), same repeat. ms, except "
-           "CPU (ms per request).", ""]
+           "CPU (ms per request). *fdatasync* = an 8 KiB write + `fdatasync` timed alone on the same disk just "
+           "before (p50 / p99): what each durable commit waits for at least.", ""]
     rows = [[str(r["c"]), fmt(r["p50_on"]), fmt(r["p50_off"]), fmt(r["cost_p50_ms"]), fmt(r["added_p50_on"]),
              fmt(r["added_p50_off"]), fmt(r["p99_on"]), fmt(r["p99_off"]), fmt(r["rps_on"], 0), fmt(r["rps_off"], 0),
              fmt(r["rps_on_over_off"]), fmt(r["proxy_cpu_ms_on"]), fmt(r["proxy_cpu_ms_off"]),
-             fmt(r["pg_cpu_ms_on"]), fmt(r["pg_cpu_ms_off"])] for r in s["durable"]]
+             fmt(r["pg_cpu_ms_on"]), fmt(r["pg_cpu_ms_off"]),
+             f"{fmt(r.get('fdatasync_p50_ms'))} / {fmt(r.get('fdatasync_p99_ms'))}"] for r in s["durable"]]
     return out + _table(["c", "p50 fsync on", "p50 off", "cost p50", "added p50 on", "added p50 off", "p99 on",
                          "p99 off", "req/s on", "req/s off", "req/s on ÷ off", "proxy CPU on", "proxy CPU off",
-                         "PostgreSQL CPU on", "PostgreSQL CPU off"], rows) + [""]
+                         "PostgreSQL CPU on", "PostgreSQL CPU off", "fdatasync p50 / p99"], rows) + [""]
 
 
 README_START = "<!-- bench:performance:start -->"
@@ -240,7 +247,7 @@ def readme_table(s: dict[str, Any], meta: dict[str, Any], cfg: Config) -> str:
         return fmt(row and row.get(key), digits, spread_shown=False)
 
     m = meta["machine"]
-    vers = "; ".join(f"{k} {v}" for k, v in meta.get("versions", {}).items())
+    vers = "; ".join(_versions(meta))
     out = [f"Run {meta['started']} ({meta['mode']}, {meta.get('repeats_done', 0)} repeats, commit "
            f"`{meta.get('commit', '?')}`) on {m['cpu_model']}, {m['logical_cpus']} logical CPUs, {m['python']}; "
            f"{vers}. Load average at start {m['load_avg_1m_at_start']}; other processes used "

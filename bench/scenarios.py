@@ -8,6 +8,7 @@ Latency-type results are milliseconds, CPU seconds, memory bytes (see
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 from typing import Any, Callable
@@ -17,9 +18,10 @@ import httpx
 from bench.config import Config
 from bench.driver import LoadError, run_load
 from bench.load import chat_body
-from bench.metrics import rss_bytes
+from bench.metrics import fdatasync_ms, rss_bytes
 from bench.paths import TASKGATE, Path
 from bench.services import Service, set_fsync
+from bench.stats import summarize
 from bench.upstream import model_name
 
 Record = dict[str, Any]
@@ -64,11 +66,14 @@ def latency(paths: list[Path], cfg: Config, repeat: int) -> list[Record]:
 def durable(paths: list[Path], cfg: Config, repeat: int) -> list[Record]:
     """The durable reservation's cost: non-streaming runs on the embedded server
     with ``fsync`` on (every admission commit waits for the disk) and off (it does
-    not), back to back; fsync is on again afterwards."""
+    not), back to back; fsync is on again afterwards. Also the disk's own
+    write + fdatasync time, timed here just before."""
     out = []
     for p in paths:
         if p.key != "taskgate_embedded" or not p.database_url:
             continue
+        out.append(_record("durable", p, {"probe": "fdatasync"}, repeat,
+                           lambda: {"latency_ms": summarize(fdatasync_ms(tempfile.gettempdir()))}))
         try:
             for c in cfg.durable_concurrencies:
                 for fsync in ("on", "off"):

@@ -210,4 +210,6 @@ def _durable(ix: Index, cfg: Config, s: dict[str, Any]) -> None:
             "rps_on_over_off": agg(paired(rps_on, rps_off, lambda a, b: a / b)),
             "proxy_cpu_ms_on": agg(cpu["on"].values()), "proxy_cpu_ms_off": agg(cpu["off"].values()),
             "pg_cpu_ms_on": agg(pg["on"].values()), "pg_cpu_ms_off": agg(pg["off"].values()),
+            "fdatasync_p50_ms": agg(ix.series("durable", p, lambda r: pct(r, "latency_ms", "p50"), probe="fdatasync").values()),
+            "fdatasync_p99_ms": agg(ix.series("durable", p, lambda r: pct(r, "latency_ms", "p99"), probe="fdatasync").values()),
         })
