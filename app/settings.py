@@ -175,6 +175,13 @@ class Settings(BaseSettings):
         "recommended). SSE comment lines are never events and never count.",
     )
 
+    # --- relay fidelity ----------------------------------------------------------
+    stream_close_grace_s: float = Field(
+        default=1.0, ge=0,
+        description="After a stream's terminal event, how long upstream may keep sending (e.g. a "
+        "trailing `data: [DONE]`) before taskgate closes the stream itself; 0 closes at once.",
+    )
+
     # --- loop guard -------------------------------------------------------------
     loop_guard_enabled: bool = True
     session_headers: tuple[str, ...] = DEFAULT_SESSION_HEADERS

@@ -54,7 +54,7 @@ def test_streamed_tool_use_split_anywhere_matches_the_non_streamed_response(
     expected = ANTHROPIC_MESSAGES.parse_response(RESPONSE_TOOLS)
     assert _canon(summary.tool_calls) == _canon(expected.tool_calls)
     # 2095 input + 310 cache creation + 1800 cache read; output from message_delta
-    assert summary.usage == expected.usage == Usage(input_tokens=4205, output_tokens=142)
+    assert summary.usage == expected.usage == Usage(4205, 142, cache_read_input_tokens=1800, cache_creation_input_tokens=310)
     assert summary.terminal_seen
 
 
@@ -77,10 +77,11 @@ def test_tool_use_without_deltas_has_empty_object_input() -> None:
         index=0,
         delta={"type": "input_json_delta", "partial_json": ""},
     )
+    _feed(observer, "content_block_stop", index=0)
     assert observer.summary().tool_calls == [ToolCall("toolu_1", "TodoRead", {})]
 
 
-def test_truncated_partial_json_falls_back_to_raw_text() -> None:
+def test_unparsable_partial_json_falls_back_to_raw_text() -> None:
     observer = ANTHROPIC_MESSAGES.stream_observer()
     block = {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}
     _feed(observer, "content_block_start", index=3, content_block=block)
@@ -91,7 +92,23 @@ def test_truncated_partial_json_falls_back_to_raw_text() -> None:
             index=3,
             delta={"type": "input_json_delta", "partial_json": piece},
         )
+    _feed(observer, "content_block_stop", index=3)
     assert observer.summary().tool_calls == [ToolCall("toolu_1", "Bash", '{"command": "ls')]
+
+
+def test_tool_use_block_cut_off_by_an_error_is_not_a_tool_call() -> None:
+    """Issue 10 item 5: only blocks that completed count toward the ledger."""
+    observer = ANTHROPIC_MESSAGES.stream_observer()
+    for index, call_id in enumerate(["toolu_1", "toolu_2"]):
+        block = {"type": "tool_use", "id": call_id, "name": "Bash", "input": {}}
+        _feed(observer, "content_block_start", index=index, content_block=block)
+        _feed(observer, "content_block_delta", index=index,
+              delta={"type": "input_json_delta", "partial_json": '{"command": "ls"}'})
+    _feed(observer, "content_block_stop", index=0)
+    assert _feed(observer, "error", error={"type": "overloaded_error", "message": "Overloaded"}) is T
+    assert observer.summary().tool_calls == [ToolCall("toolu_1", "Bash", {"command": "ls"})]
+    _feed(observer, "message_stop")  # a stream that ends normally: every block counts
+    assert [c.call_id for c in observer.summary().tool_calls] == ["toolu_1", "toolu_2"]
 
 
 def test_usage_is_cumulative_not_summed() -> None:
@@ -247,7 +264,7 @@ def test_non_streamed_response() -> None:
         ("toolu_01A09q90qw90lq917835lq9", "Read"),
         ("toolu_01T1x1fJ34qAmk2tNTrN7Up6", "Bash"),
     ]
-    assert summary.usage == Usage(4205, 142)
+    assert summary.usage == Usage(4205, 142, cache_read_input_tokens=1800, cache_creation_input_tokens=310)
     assert summary.terminal_seen
 
 
@@ -348,3 +365,46 @@ def test_upstream_error_event_is_terminal() -> None:
     observer = ANTHROPIC_MESSAGES.stream_observer()
     kind = observer.feed("error", '{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}')
     assert kind.name == "TERMINAL" and observer.summary().terminal_seen
+
+
+# --- usage: cache tokens and server-side compaction (issue 10 item 4) -----------------
+
+COMPACTION_USAGE = {
+    "input_tokens": 212, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 14,
+    "iterations": [
+        {"type": "compaction", "input_tokens": 240, "cache_creation_input_tokens": 0,
+         "cache_read_input_tokens": 61310, "output_tokens": 97},
+        {"type": "message", "input_tokens": 212, "cache_creation_input_tokens": 0,
+         "cache_read_input_tokens": 0, "output_tokens": 14},
+    ],
+}
+COMPACTION_TOTAL = Usage(240 + 61310 + 212, 97 + 14, cache_read_input_tokens=61310)
+
+
+def test_compaction_iterations_count_in_a_stream() -> None:
+    """message_delta's top-level usage covers only the last iteration and resets the
+    cache-read count from message_start; the compaction step is only in iterations."""
+    observer = ANTHROPIC_MESSAGES.stream_observer()
+    _feed(observer, "message_start", message={"usage": {
+        "input_tokens": 240, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 61310, "output_tokens": 0}})
+    _feed(observer, "message_delta", delta={"stop_reason": "end_turn"}, usage=COMPACTION_USAGE)
+    _feed(observer, "message_stop")
+    assert observer.summary().usage == COMPACTION_TOTAL
+
+
+def test_compaction_iterations_count_in_a_body() -> None:
+    body = {"type": "message", "content": [{"type": "compaction", "content": "Summary"}], "usage": COMPACTION_USAGE}
+    assert ANTHROPIC_MESSAGES.parse_response(body).usage == COMPACTION_TOTAL
+
+
+def test_iterations_never_count_less_than_the_top_level_usage() -> None:
+    usage = {"input_tokens": 900, "output_tokens": 40,
+             "iterations": [{"type": "message", "input_tokens": 300, "output_tokens": 10}]}
+    assert ANTHROPIC_MESSAGES.parse_response({"usage": usage}).usage == Usage(900, 40)
+
+
+def test_cache_reads_and_writes_count_as_input_and_are_broken_out() -> None:
+    usage = {"input_tokens": 18, "cache_creation_input_tokens": 1536, "cache_read_input_tokens": 11264,
+             "output_tokens": 42}
+    assert ANTHROPIC_MESSAGES.parse_response({"usage": usage}).usage == Usage(
+        18 + 1536 + 11264, 42, cache_read_input_tokens=11264, cache_creation_input_tokens=1536)

@@ -54,7 +54,7 @@ def test_streamed_tool_calls_split_anywhere_match_the_non_streamed_response(
     _, summary = _replay(STREAM_TOOLS, cuts)
     expected = CHAT_COMPLETIONS.parse_response(RESPONSE_TOOLS)
     assert _canon(summary.tool_calls) == _canon(expected.tool_calls)
-    assert summary.usage == expected.usage == Usage(input_tokens=4182, output_tokens=61)
+    assert summary.usage == expected.usage == Usage(4182, 61, cache_read_input_tokens=3968)
     assert summary.terminal_seen
 
 
@@ -139,7 +139,7 @@ def test_text_stream_classification_in_order() -> None:
         (_chunk({}), D),
         (_chunk({"tool_calls": []}), D),
         (_chunk({"content": ""})[:-1] + ', "x": "\\"content\\":\\"y\\""}', D),
-        ('{"error": {"message": "overloaded", "type": "server_error", "code": null}}', D),
+        ('{"error": {"message": "overloaded", "type": "server_error", "code": null}}', T),
         ("[DONE]", T),
         (" [DONE] ", T),
         ("{not json", D),
@@ -260,7 +260,7 @@ def test_legacy_completions_prompt_is_the_seed() -> None:
 def test_non_streamed_response() -> None:
     summary = CHAT_COMPLETIONS.parse_response(RESPONSE_TOOLS)
     assert [c.call_id for c in summary.tool_calls] == ["call_Qm1fX0rZ8kVb2T", "call_Zp4dW7nHc3sLq9"]
-    assert summary.usage == Usage(4182, 61)
+    assert summary.usage == Usage(4182, 61, cache_read_input_tokens=3968)
     assert summary.terminal_seen
 
 
@@ -381,5 +381,40 @@ def test_upstream_error_chunk_counts_as_the_streams_end() -> None:
     from app.wire import CHAT_COMPLETIONS
 
     observer = CHAT_COMPLETIONS.stream_observer()
-    assert observer.feed("", '{"error": {"message": "overloaded", "type": "server_error"}}').name == "DATA"
+    assert observer.feed("", '{"error": {"message": "overloaded", "type": "server_error"}}').name == "TERMINAL"
     assert observer.summary().terminal_seen  # the gateway adds no second error after it
+
+
+# --- tool calls cut off by an upstream error (issue 10 item 5) ------------------------
+
+def _call_delta(index: int, call_id: str | None, arguments: str, choice: int = 0) -> str:
+    tc: dict[str, Any] = {"index": index, "function": {"arguments": arguments}}
+    if call_id:
+        tc.update(id=call_id, type="function")
+        tc["function"]["name"] = "read_file"
+    return json.dumps({"choices": [{"index": choice, "delta": {"tool_calls": [tc]}, "finish_reason": None}]})
+
+
+def test_a_call_cut_off_by_an_error_chunk_is_not_a_tool_call() -> None:
+    observer = CHAT_COMPLETIONS.stream_observer()
+    observer.feed("", _call_delta(0, "call_a", '{"path": "a"}'))
+    observer.feed("", _call_delta(1, "call_b", '{"path": "b'))
+    assert observer.feed("", '{"error": {"message": "overloaded"}}') is EventKind.TERMINAL
+    assert observer.feed("", "[DONE]") is EventKind.TERMINAL  # [DONE] after an error ends nothing new
+    assert [c.call_id for c in observer.summary().tool_calls] == ["call_a"]  # its JSON is whole
+
+
+def test_finish_reason_or_done_completes_every_call_of_a_choice() -> None:
+    observer = CHAT_COMPLETIONS.stream_observer()
+    observer.feed("", _call_delta(0, "call_a", ""))  # a call without arguments
+    observer.feed("", _call_delta(0, "call_c", "", choice=1))
+    assert observer.summary().tool_calls == []
+    observer.feed("", json.dumps({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
+    assert [c.call_id for c in observer.summary().tool_calls] == ["call_a"]
+    observer.feed("", "[DONE]")
+    assert [c.call_id for c in observer.summary().tool_calls] == ["call_a", "call_c"]
+
+
+def test_cached_tokens_are_part_of_prompt_tokens() -> None:
+    usage = {"prompt_tokens": 2317, "completion_tokens": 61, "prompt_tokens_details": {"cached_tokens": 1920}}
+    assert CHAT_COMPLETIONS.parse_response({"usage": usage}).usage == Usage(2317, 61, cache_read_input_tokens=1920)

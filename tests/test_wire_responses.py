@@ -55,7 +55,7 @@ def test_streamed_tool_calls_split_anywhere_match_the_non_streamed_response(
     _, summary = _replay(STREAM_TOOLS, cuts)
     expected = RESPONSES.parse_response(RESPONSE_TOOLS)
     assert _canon(summary.tool_calls) == _canon(expected.tool_calls)
-    assert summary.usage == expected.usage == Usage(input_tokens=5210, output_tokens=347)
+    assert summary.usage == expected.usage == Usage(5210, 347, cache_read_input_tokens=4864)
     assert summary.terminal_seen
 
 
@@ -78,13 +78,15 @@ def test_deltas_alone_reconstruct_arguments_and_custom_input(with_item_id: bool)
             if "item" in obj:
                 obj["item"].pop("id", None)
         observer.feed(event, json.dumps(obj))
+    assert observer.summary().tool_calls == []  # no call is known to be whole yet
+    observer.feed("response.completed", json.dumps({"response": {"output": [], "usage": None}}))
     assert observer.summary() == ResponseSummary(
         tool_calls=[
             ToolCall("call_Rk3mV8pQ1x", "read_file", ARGS_READ),
             ToolCall("call_Wn2bT6yH4c", "apply_patch", PATCH),
         ],
         usage=None,
-        terminal_seen=False,
+        terminal_seen=True,
     )
 
 
@@ -122,7 +124,7 @@ def test_text_stream_classification_in_order() -> None:
     # created, in_progress, item added, part added, 8 text deltas, text done, part done,
     # item done, completed
     assert kinds == [D, D, D, D] + [C] * 8 + [D, D, D, T]
-    assert summary == ResponseSummary(tool_calls=[], usage=Usage(5600, 14), terminal_seen=True)
+    assert summary == ResponseSummary(tool_calls=[], usage=Usage(5600, 14, cache_read_input_tokens=5120), terminal_seen=True)
 
 
 def test_tool_stream_classification_in_order() -> None:
@@ -293,7 +295,7 @@ def test_non_streamed_response() -> None:
         ToolCall("call_Rk3mV8pQ1x", "read_file", ARGS_READ),
         ToolCall("call_Wn2bT6yH4c", "apply_patch", PATCH),
     ]
-    assert summary.usage == Usage(5210, 347)
+    assert summary.usage == Usage(5210, 347, cache_read_input_tokens=4864)
     assert summary.terminal_seen
 
 
@@ -421,3 +423,30 @@ def test_upstream_error_event_is_terminal() -> None:
     observer = RESPONSES.stream_observer()
     kind = observer.feed("error", '{"type": "error", "code": "server_error", "message": "boom", "sequence_number": 3}')
     assert kind.name == "TERMINAL" and observer.summary().terminal_seen
+
+
+# --- upstream errors and unfinished calls (issue 10 items 1 and 5) --------------------
+
+def test_error_then_response_failed_keeps_only_finished_calls() -> None:
+    observer = RESPONSES.stream_observer()
+    for index, call_id in enumerate(["call_a", "call_b"]):
+        item = {"id": f"fc_{index}", "type": "function_call", "status": "in_progress", "call_id": call_id,
+                "name": "read_file", "arguments": ""}
+        observer.feed("response.output_item.added", json.dumps({"output_index": index, "item": item}))
+        observer.feed("response.function_call_arguments.delta",
+                      json.dumps({"item_id": f"fc_{index}", "output_index": index, "delta": '{"path": "x"}'}))
+        if index == 0:
+            observer.feed("response.output_item.done", json.dumps(
+                {"output_index": 0, "item": {**item, "status": "completed", "arguments": '{"path": "x"}'}}))
+    assert observer.feed("error", json.dumps({"type": "error", "code": "server_error"})) is EventKind.TERMINAL
+    failed = {"type": "response.failed", "response": {"status": "failed", "output": [], "usage": None,
+                                                      "error": {"code": "server_error", "message": "x"}}}
+    assert observer.feed("response.failed", json.dumps(failed)) is EventKind.TERMINAL
+    summary = observer.summary()
+    assert summary.terminal_seen and [c.call_id for c in summary.tool_calls] == ["call_a"]
+
+
+def test_cached_tokens_are_part_of_input_tokens() -> None:
+    usage = {"input_tokens": 4210, "input_tokens_details": {"cached_tokens": 3968}, "output_tokens": 188,
+             "output_tokens_details": {"reasoning_tokens": 128}}
+    assert RESPONSES.parse_response({"usage": usage}).usage == Usage(4210, 188, cache_read_input_tokens=3968)

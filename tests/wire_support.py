@@ -41,6 +41,6 @@ def canon(calls: list[ToolCall]) -> list[tuple[str, str, Any]]:
 def cut_points(raw: bytes) -> st.SearchStrategy[list[int]]:
     """Byte offsets to split ``raw`` at: anywhere, with extra weight inside multi-byte
     UTF-8 sequences (é, 🚀), where an incremental decoder is most likely to go wrong."""
+    anywhere = st.integers(min_value=0, max_value=len(raw))
     multibyte = [i + 1 for i, b in enumerate(raw) if b >= 0xC0]
-    return st.lists(st.one_of(st.integers(min_value=0, max_value=len(raw)), st.sampled_from(multibyte)),
-                    max_size=80)
+    return st.lists(st.one_of(anywhere, st.sampled_from(multibyte)) if multibyte else anywhere, max_size=80)

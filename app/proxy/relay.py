@@ -13,6 +13,15 @@
   but move no deadline. On a stall, or when upstream ends without its terminal
   event, the upstream connection is closed and the client gets the format's terminal
   error event (:meth:`app.wire.base.WireFormat.stream_error`).
+- **After the terminal event** (or upstream's own error event) whatever upstream
+  still sends is relayed until it closes (Responses ``error`` then
+  ``response.failed``; a ``data: [DONE]`` after ``response.completed``), for at most
+  ``Watchdog.close_grace_s``; then the gateway closes the stream itself, dropping a
+  half-received event. Nothing is ever appended after a terminal event.
+- **At upstream's close**, bytes after the last blank line are read as the event a
+  blank line would end: if that is the terminal event (or the terminal event came
+  before), they are relayed exactly as received and the stream ended normally;
+  otherwise they are dropped and the stream counts as truncated.
 - **Bodies** are read whole (bounded by ``upstream_timeout_s``) and passed through
   unchanged with upstream's status and headers.
 - **Which is which**: a ``text/event-stream`` response is a stream; so is a successful
@@ -57,11 +66,14 @@ logger = logging.getLogger(__name__)
 @dataclass(slots=True)
 class Watchdog:
     """Stream timers in seconds; ``0`` or ``None`` disables one. ``heartbeats_reset``
-    makes heartbeat events count as progress."""
+    makes heartbeat events count as progress. ``close_grace_s``: how long upstream may
+    keep sending after its terminal event before the gateway closes the stream itself
+    (``0``: close at once)."""
 
     first_event_timeout_s: float | None
     idle_timeout_s: float | None
     heartbeats_reset: bool = False
+    close_grace_s: float = 1.0
 
 
 @dataclass(slots=True)
@@ -250,22 +262,33 @@ class RelayResponse(Response):
         deadline = started + wd.first_event_timeout_s if wd.first_event_timeout_s else None
         first_content_at: float | None = None
         last_data_at: float | None = None
+        ended_at: float | None = None  # when upstream's terminal event arrived
         relayed_bytes = relayed_events = 0
-        held = bytearray()  # an incomplete trailing event: relayed once complete, dropped on a cut
+        held = bytearray()  # an incomplete trailing event: relayed once complete (or at the close)
         end: tuple[str, str, str] | None = None  # (outcome kind, code, message)
         self._streaming = True
         await self._start(send, upstream)
         while True:
             if self._stop is not None:
-                end = ("stopped", self._stop.code or "stopped", self._stop.message)
+                if ended_at is None:  # nothing is appended after a terminal event
+                    end = ("stopped", self._stop.code or "stopped", self._stop.message)
                 break
             try:
                 async with asyncio.timeout_at(deadline) as self._reading:
                     chunk = await chunks.__anext__()
             except StopAsyncIteration:
+                if held:  # upstream closed after bytes without their blank line
+                    ended_at, count = _close_held(decoder, observer, ended_at, loop.time())
+                    relayed_events += count
+                    if ended_at is not None:  # nothing is appended: relay them as received
+                        await send({"type": "http.response.body", "body": self.redact(bytes(held)), "more_body": True})
+                        relayed_bytes += len(held)
                 break
             except TimeoutError:
-                if self._stop is not None:
+                if ended_at is not None:  # after the terminal event: close it ourselves, append nothing
+                    if self._stop is None:
+                        self.outcome.detail["closed_after_grace"] = True
+                elif self._stop is not None:
                     end = ("stopped", self._stop.code or "stopped", self._stop.message)
                 elif first_content_at is None:
                     end = ("stalled", "stream_first_event_timeout",
@@ -275,8 +298,9 @@ class RelayResponse(Response):
                            f"The upstream stream went silent for {wd.idle_timeout_s:g} s after it started; taskgate closed it.")
                 break
             except httpx.HTTPError as exc:
-                end = ("truncated", "stream_truncated",
-                       f"The upstream stream broke off ({type(exc).__name__}) before its end.")
+                if ended_at is None:
+                    end = ("truncated", "stream_truncated",
+                           f"The upstream stream broke off ({type(exc).__name__}) before its end.")
                 break
             if not held and chunk.endswith(b"\n\n"):
                 out = chunk  # the usual case: whole events
@@ -294,15 +318,21 @@ class RelayResponse(Response):
             try:
                 events = decoder.feed(chunk)
             except SSEEventTooLarge as exc:
-                end = ("truncated", "stream_event_too_large", str(exc))
+                if ended_at is None:
+                    end = ("truncated", "stream_event_too_large", str(exc))
                 break
             if len(held) > DEFAULT_MAX_EVENT_BYTES:  # e.g. endless comment lines, no blank line
-                end = ("truncated", "stream_event_too_large",
-                       f"Upstream sent over {DEFAULT_MAX_EVENT_BYTES} bytes without ending an event.")
+                if ended_at is None:
+                    end = ("truncated", "stream_event_too_large",
+                           f"Upstream sent over {DEFAULT_MAX_EVENT_BYTES} bytes without ending an event.")
                 break
+            relayed_events += len(events)
+            if ended_at is not None:  # after the terminal event: relay until upstream closes
+                for event, data in events:
+                    observer.feed(event, data)
+                continue
             terminal = False
             for event, data in events:
-                relayed_events += 1
                 kind = observer.feed(event, data)
                 if kind is EventKind.TERMINAL:
                     terminal = True
@@ -318,12 +348,10 @@ class RelayResponse(Response):
                     continue
                 if first_content_at is not None:
                     deadline = resumed_at + wd.idle_timeout_s if wd.idle_timeout_s else None
-            if terminal:
-                if held:
-                    await send({"type": "http.response.body", "body": self.redact(bytes(held)), "more_body": True})
-                    relayed_bytes += len(held)
-                break  # nothing may follow the terminal event; do not wait for the close
-            if deadline is not None:
+            if terminal:  # more may follow (Responses: error, then response.failed; [DONE])
+                ended_at = resumed_at
+                deadline = resumed_at + wd.close_grace_s
+            elif deadline is not None:
                 deadline += resumed_at - paused_at  # a slow client is not a silent upstream
         self._ended = True
         summary = observer.summary()
@@ -386,6 +414,18 @@ def render_error(fmt: WireFormat, err: GatewayError) -> tuple[bytes, list[tuple[
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.encode(), v.encode()) for k, v in err.headers.items()]
     return body, headers
+
+
+def _close_held(decoder: SSEDecoder, observer: StreamObserver, ended_at: float | None,
+                now: float) -> tuple[float | None, int]:
+    """Upstream closed with bytes after its last blank line: read them as the event a
+    blank line would have dispatched. Returns when the stream's terminal event came
+    (``now`` if these bytes complete it) and how many events they held."""
+    events = decoder.feed(b"\n\n")
+    for event, data in events:
+        if observer.feed(event, data) is EventKind.TERMINAL and ended_at is None:
+            ended_at = now
+    return ended_at, len(events)
 
 
 def _event_boundary(data: bytearray, start: int) -> int:

@@ -283,6 +283,7 @@ def _watchdog(task: dict[str, Any], settings: Any) -> Watchdog:
         first_event_timeout_s=settings.stream_first_event_timeout_s if first is None else first,
         idle_timeout_s=settings.stream_idle_timeout_s if idle is None else idle,
         heartbeats_reset=settings.heartbeats_reset_timers,
+        close_grace_s=settings.stream_close_grace_s,
     )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.wire.base import RequestView
+from app.wire.base import RequestView, Usage
 
 _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 
@@ -71,6 +71,21 @@ def as_int(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return 0
+
+
+def openai_usage(raw: Any, input_key: str, output_key: str, details_key: str) -> Usage | None:
+    """An OpenAI ``usage`` object (chat: ``prompt_tokens`` / ``completion_tokens`` /
+    ``prompt_tokens_details``; Responses: ``input_tokens`` / ``output_tokens`` /
+    ``input_tokens_details``) as :class:`Usage`; ``None`` when ``raw`` is not an object.
+    ``cached_tokens`` is already part of the input count: it only fills the breakdown."""
+    if not isinstance(raw, dict):
+        return None
+    details = raw.get(details_key)
+    return Usage(
+        input_tokens=as_int(raw.get(input_key)),
+        output_tokens=as_int(raw.get(output_key)),
+        cache_read_input_tokens=as_int(details.get("cached_tokens")) if isinstance(details, dict) else 0,
+    )
 
 
 def as_str(value: Any) -> str:

@@ -9,7 +9,8 @@ Shapes follow the Anthropic API reference, "Messages" and "Streaming Messages":
   "is_error"}`` blocks (``content`` a string or a list of blocks).
 - response: ``content[]`` ``tool_use`` blocks; ``usage.input_tokens`` (plus
   ``cache_creation_input_tokens`` and ``cache_read_input_tokens``, which also count
-  as input) and ``usage.output_tokens``.
+  as input), ``usage.output_tokens`` and, with server-side compaction,
+  ``usage.iterations`` (one entry per sampling step; see :class:`_UsageCounter`).
 - stream: ``message_start`` (``message.usage``), ``content_block_start`` (a
   ``tool_use`` block with ``id``, ``name`` and ``input: {}``),
   ``content_block_delta`` (``text_delta``, ``thinking_delta``,
@@ -26,6 +27,7 @@ from app.wire._common import as_int, as_str, flatten_output, join_seed, loads, r
 from app.wire.base import EventKind, RequestView, ResponseSummary, ToolCall, ToolResult, Usage
 
 _INPUT_FIELDS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+_COUNTED = (*_INPUT_FIELDS, "output_tokens")
 
 
 def _blocks(content: Any) -> list[Any]:
@@ -46,30 +48,63 @@ def _is_tool_use(block: Any) -> bool:
 
 
 class _UsageCounter:
-    """Latest value of each usage field; Anthropic stream usage is cumulative."""
+    """Latest value of each usage field (Anthropic stream usage is cumulative) and the
+    latest ``usage.iterations`` list.
 
-    __slots__ = ("fields", "seen")
+    Input counts every input token processed: ``input_tokens`` +
+    ``cache_creation_input_tokens`` + ``cache_read_input_tokens``. With server-side
+    compaction, ``usage.iterations`` lists every sampling step, and a ``compaction``
+    step is not in the top-level fields; so when iterations are present the input and
+    output counts are their sums (each never less than the top-level count).
+    """
+
+    __slots__ = ("fields", "iterations", "seen")
 
     def __init__(self) -> None:
         self.fields: dict[str, int] = {}
+        self.iterations: list[Any] = []
         self.seen = False
 
     def update(self, raw: Any) -> None:
         if not isinstance(raw, dict):
             return
         self.seen = True
-        for key in (*_INPUT_FIELDS, "output_tokens"):
+        for key in _COUNTED:
             value = raw.get(key)
             if isinstance(value, int) and not isinstance(value, bool):
                 self.fields[key] = as_int(value)
+        iterations = raw.get("iterations")
+        if isinstance(iterations, list) and iterations:
+            self.iterations = iterations
 
     def usage(self) -> Usage | None:
         if not self.seen:
             return None
+        top = _as_usage(self.fields)
+        if not self.iterations:
+            return top
+        totals = dict.fromkeys(_COUNTED, 0)
+        for step in self.iterations:
+            if isinstance(step, dict):
+                for key in _COUNTED:
+                    totals[key] += as_int(step.get(key))
+        steps = _as_usage(totals)
+        inputs = steps if steps.input_tokens >= top.input_tokens else top
         return Usage(
-            input_tokens=sum(self.fields.get(key, 0) for key in _INPUT_FIELDS),
-            output_tokens=self.fields.get("output_tokens", 0),
+            input_tokens=inputs.input_tokens,
+            output_tokens=max(steps.output_tokens, top.output_tokens),
+            cache_read_input_tokens=inputs.cache_read_input_tokens,
+            cache_creation_input_tokens=inputs.cache_creation_input_tokens,
         )
+
+
+def _as_usage(counts: dict[str, int]) -> Usage:
+    return Usage(
+        input_tokens=sum(counts.get(key, 0) for key in _INPUT_FIELDS),
+        output_tokens=counts.get("output_tokens", 0),
+        cache_read_input_tokens=counts.get("cache_read_input_tokens", 0),
+        cache_creation_input_tokens=counts.get("cache_creation_input_tokens", 0),
+    )
 
 
 def _usage(raw: Any) -> Usage | None:
@@ -79,13 +114,14 @@ def _usage(raw: Any) -> Usage | None:
 
 
 class _PartialCall:
-    __slots__ = ("call_id", "name", "start_input", "parts")
+    __slots__ = ("call_id", "name", "start_input", "parts", "done")
 
     def __init__(self, call_id: str, name: str, start_input: Any) -> None:
         self.call_id = call_id
         self.name = name
         self.start_input = start_input
         self.parts: list[str] = []
+        self.done = False  # its content_block_stop arrived
 
     def arguments(self) -> Any:
         if not self.parts:
@@ -99,23 +135,26 @@ class AnthropicMessagesObserver:
     """Stream observer for Anthropic Messages streaming events.
 
     Classification: ``content_block_delta`` (text, thinking, tool input) is CONTENT;
-    ``message_stop`` is TERMINAL; ``ping`` is HEARTBEAT; everything else
+    ``message_stop`` and ``error`` are TERMINAL; ``ping`` is HEARTBEAT; everything else
     (``message_start``, ``content_block_start`` even for ``tool_use``,
-    ``content_block_stop``, ``message_delta``, ``error``) is DATA. The SSE
-    ``event:`` name decides; data is parsed only for ``message_start``,
-    ``message_delta``, tool-use block starts and ``input_json_delta`` deltas.
+    ``content_block_stop``, ``message_delta``) is DATA. The SSE ``event:`` name
+    decides; data is parsed only for ``message_start``, ``message_delta``, tool-use
+    block starts, ``input_json_delta`` deltas and ``content_block_stop`` while a
+    tool-use block is open.
 
     Reconstructed ``arguments`` are the parsed object of the concatenated
     ``partial_json`` (so they fingerprint like a non-streamed ``input``), or the raw
     text when it does not parse; ``{}`` when no delta came.
     """
 
-    __slots__ = ("_calls", "_usage", "_terminal")
+    __slots__ = ("_calls", "_open", "_usage", "_terminal", "_stopped")
 
     def __init__(self) -> None:
         self._calls: dict[int, _PartialCall] = {}
+        self._open = 0  # tool_use blocks started and not yet stopped
         self._usage = _UsageCounter()
         self._terminal = False
+        self._stopped = False  # message_stop arrived (an error event ends a stream too)
 
     def feed(self, event: str, data: str) -> EventKind:
         name = event
@@ -131,7 +170,13 @@ class AnthropicMessagesObserver:
             return EventKind.HEARTBEAT
         if name == "message_stop" or name == "error":  # upstream's own end (an error ends it too)
             self._terminal = True
+            if name == "message_stop":
+                self._stopped = True
             return EventKind.TERMINAL
+        if name == "content_block_stop":
+            if self._open:
+                self._stop(obj if obj is not None else loads(data))
+            return EventKind.DATA
         if name == "content_block_start":
             if '"tool_use"' not in data:
                 return EventKind.DATA
@@ -150,9 +195,13 @@ class AnthropicMessagesObserver:
         return EventKind.DATA
 
     def summary(self) -> ResponseSummary:
+        """Tool calls whose block completed (``content_block_stop``, or the stream's
+        ``message_stop``): a block cut off by an error or a truncation is never run by
+        the agent, so it is left out."""
         calls = [
             ToolCall(call_id=p.call_id, name=p.name, arguments=p.arguments())
             for p in self._calls.values()
+            if p.done or self._stopped
         ]
         return ResponseSummary(
             tool_calls=calls, usage=self._usage.usage(), terminal_seen=self._terminal
@@ -165,6 +214,13 @@ class AnthropicMessagesObserver:
             self._calls[index] = _PartialCall(
                 as_str(block.get("id")), as_str(block.get("name")), block.get("input")
             )
+            self._open += 1
+
+    def _stop(self, obj: Any) -> None:
+        partial = self._calls.get(obj.get("index")) if isinstance(obj, dict) else None  # type: ignore[arg-type]
+        if partial is not None and not partial.done:
+            partial.done = True
+            self._open -= 1
 
     def _delta(self, obj: Any) -> None:
         if not isinstance(obj, dict):

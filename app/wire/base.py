@@ -52,10 +52,26 @@ class ToolResult:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage reported by upstream, in tokens. Missing fields are 0."""
+    """Token usage reported by upstream, in tokens. Missing fields are 0.
+
+    ``input_tokens`` counts every input token the provider processed, cached or not,
+    and ``output_tokens`` every output token (reasoning included); these two are what
+    ``token_limit`` counts. The cache fields break ``input_tokens`` down (they are
+    already part of it, never added again):
+
+    - ``cache_read_input_tokens``: read from the prompt cache (Anthropic
+      ``cache_read_input_tokens``; OpenAI ``prompt_tokens_details.cached_tokens`` /
+      ``input_tokens_details.cached_tokens``);
+    - ``cache_creation_input_tokens``: written to the cache (Anthropic only).
+
+    Anthropic reports cached tokens beside ``input_tokens``, OpenAI inside
+    ``prompt_tokens`` / ``input_tokens``; each wire format maps its own shape here.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:

@@ -29,6 +29,7 @@ from app.wire._common import (
     join_seed,
     loads,
     openai_error_body,
+    openai_usage,
     request_view,
     sse_event,
 )
@@ -41,6 +42,7 @@ _CONTENT_KEYS = ("content", "reasoning_content", "reasoning", "refusal", "text")
 _COMPACT_CONTENT = tuple(f'"{key}":"' for key in _CONTENT_KEYS)
 _CONTENT_RE = re.compile(r'"(?:content|reasoning_content|reasoning|refusal|text)"\s*:\s*"[^"]')
 _USAGE_RE = re.compile(r'"usage"\s*:\s*\{')
+_FINISH_RE = re.compile(r'"finish_reason"\s*:\s*"')
 
 _DONE_BYTES = b"data: [DONE]\n\n"
 
@@ -57,37 +59,42 @@ class _PartialCall:
 class ChatCompletionsObserver:
     """Stream observer for ``chat.completion.chunk`` events.
 
-    Classification: ``data: [DONE]`` is TERMINAL; a chunk with a non-empty
-    ``delta.content``, ``delta.reasoning_content``, ``delta.reasoning``,
-    ``delta.refusal``, ``choices[].text`` or ``delta.tool_calls`` is CONTENT; any
-    other event (role header, finish reason, usage chunk, ``{"error": ...}``) is
-    DATA. Only chunks mentioning ``tool_calls`` or a ``usage`` object are parsed.
+    Classification: ``data: [DONE]`` and an ``{"error": ...}`` chunk are TERMINAL; a
+    chunk with a non-empty ``delta.content``, ``delta.reasoning_content``,
+    ``delta.reasoning``, ``delta.refusal``, ``choices[].text`` or ``delta.tool_calls``
+    is CONTENT; any other event (role header, finish reason, usage chunk) is DATA.
+    Only chunks mentioning ``tool_calls`` or a ``usage`` object are parsed, and, while
+    a choice has tool calls, chunks carrying a ``finish_reason``.
     """
 
-    __slots__ = ("_calls", "_by_id", "_last", "_usage", "_terminal")
+    __slots__ = ("_calls", "_by_id", "_last", "_finished", "_usage", "_terminal", "_done")
 
     def __init__(self) -> None:
         self._calls: dict[tuple[int, int], _PartialCall] = {}
         self._by_id: dict[tuple[int, str], int] = {}  # (choice, call id) -> tool index
         self._last: dict[int, int] = {}  # choice -> last tool index seen
+        self._finished: set[int] = set()  # choices whose finish_reason arrived
         self._usage: Usage | None = None
         self._terminal = False
+        self._done = False  # data: [DONE] arrived with no error chunk before it
 
     def feed(self, event: str, data: str) -> EventKind:
         if data[:1] != "{":
             if data.strip() == "[DONE]":
+                if not self._terminal:
+                    self._done = True
                 self._terminal = True
                 return EventKind.TERMINAL
             if not data.lstrip().startswith("{"):
                 return EventKind.DATA
         if data.startswith('{"error"'):  # upstream's own error chunk: it ends the stream
             self._terminal = True
-            return EventKind.DATA
+            return EventKind.TERMINAL
         has_calls = '"tool_calls"' in data
         has_usage = (
             '"usage"' in data and '"usage":null' not in data and _USAGE_RE.search(data) is not None
         )
-        if not has_calls and not has_usage:
+        if not has_calls and not has_usage and not (self._last and _FINISH_RE.search(data)):
             return EventKind.CONTENT if _has_content(data) else EventKind.DATA
         chunk = loads(data)
         if not isinstance(chunk, dict):
@@ -98,10 +105,15 @@ class ChatCompletionsObserver:
         return self._take_choices(chunk.get("choices"))
 
     def summary(self) -> ResponseSummary:
-        calls = [
-            ToolCall(call_id=p.call_id, name=p.name, arguments="".join(p.arguments))
-            for p in self._calls.values()
-        ]
+        """Tool calls that completed: their choice's ``finish_reason`` or ``[DONE]``
+        arrived, or their arguments are already a whole JSON value (chat streams mark
+        no single call's end). A call cut off by an error chunk or a truncation is
+        never run by the agent, so it is left out."""
+        calls = []
+        for (ci, _), p in self._calls.items():
+            arguments = "".join(p.arguments)
+            if self._done or ci in self._finished or loads(arguments) is not None:
+                calls.append(ToolCall(call_id=p.call_id, name=p.name, arguments=arguments))
         return ResponseSummary(tool_calls=calls, usage=self._usage, terminal_seen=self._terminal)
 
     def _take_choices(self, choices: Any) -> EventKind:
@@ -112,6 +124,10 @@ class ChatCompletionsObserver:
         for choice in choices:
             if not isinstance(choice, dict):
                 continue
+            finish = choice.get("finish_reason")
+            if isinstance(finish, str) and finish:
+                index = choice.get("index")
+                self._finished.add(index if isinstance(index, int) else 0)
             text = choice.get("text")
             if isinstance(text, str) and text:
                 kind = EventKind.CONTENT
@@ -172,12 +188,7 @@ def _has_content(data: str) -> bool:
 
 
 def _usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, dict):
-        return None
-    return Usage(
-        input_tokens=as_int(raw.get("prompt_tokens")),
-        output_tokens=as_int(raw.get("completion_tokens")),
-    )
+    return openai_usage(raw, "prompt_tokens", "completion_tokens", "prompt_tokens_details")
 
 
 def _tool_calls(raw: Any) -> list[ToolCall]:

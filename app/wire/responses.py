@@ -31,6 +31,7 @@ from app.wire._common import (
     join_seed,
     loads,
     openai_error_body,
+    openai_usage,
     request_view,
     sse_event,
 )
@@ -46,6 +47,7 @@ _INPUT_DONE = "response.custom_tool_call_input.done"
 _ITEM_ADDED = "response.output_item.added"
 _ITEM_DONE = "response.output_item.done"
 _CREATED = "response.created"
+_COMPLETED = "response.completed"
 
 # Item kinds in a request ``input`` list, for the backward walk.
 _OUTPUT, _CALL, _MODEL, _OTHER = range(4)
@@ -81,22 +83,18 @@ def _tool_call(item: dict[str, Any]) -> ToolCall:
 
 
 def _usage(raw: Any) -> Usage | None:
-    if not isinstance(raw, dict):
-        return None
-    return Usage(
-        input_tokens=as_int(raw.get("input_tokens")),
-        output_tokens=as_int(raw.get("output_tokens")),
-    )
+    return openai_usage(raw, "input_tokens", "output_tokens", "input_tokens_details")
 
 
 class _PartialCall:
-    __slots__ = ("call_id", "name", "parts", "final")
+    __slots__ = ("call_id", "name", "parts", "final", "done")
 
     def __init__(self) -> None:
         self.call_id = ""
         self.name = ""
         self.parts: list[str] = []
         self.final: Any = None  # authoritative text from a ``.done`` event or item
+        self.done = False  # its arguments / input are whole (a ``.done`` event or completed item)
 
 
 class ResponsesObserver:
@@ -120,6 +118,7 @@ class ResponsesObserver:
         "_by_index",
         "_usage",
         "_terminal",
+        "_completed",
         "_count",
         "_seq_anchor",
         "response_id",
@@ -132,6 +131,7 @@ class ResponsesObserver:
         self._by_index: dict[int, Any] = {}
         self._usage: Usage | None = None
         self._terminal = False
+        self._completed = False  # response.completed arrived
         self._count = 0
         self._seq_anchor: tuple[int, int] | None = None  # (sequence_number, event count)
         self.response_id: str | None = None
@@ -164,6 +164,8 @@ class ResponsesObserver:
             return EventKind.TERMINAL
         if name in _TERMINAL:
             self._terminal = True
+            if name == _COMPLETED:
+                self._completed = True
             obj = self._parse(obj, data)
             if obj is not None:
                 self._final_response(obj.get("response"))
@@ -186,6 +188,7 @@ class ResponsesObserver:
                 value = obj.get("arguments" if name == _ARGS_DONE else "input")
                 if isinstance(value, str):
                     partial.final = value
+                    partial.done = True
         elif name == _CREATED:
             obj = self._parse(obj, data)
             response = obj.get("response") if obj is not None else None
@@ -196,6 +199,10 @@ class ResponsesObserver:
         return EventKind.DATA
 
     def summary(self) -> ResponseSummary:
+        """Tool calls that completed (their arguments' ``.done`` event,
+        ``response.output_item.done``, a completed item in the final response, or
+        ``response.completed``): a call cut off by an error, a failure or a truncation
+        is never run by the agent, so it is left out."""
         calls = [
             ToolCall(
                 call_id=p.call_id,
@@ -203,6 +210,7 @@ class ResponsesObserver:
                 arguments=p.final if p.final is not None else "".join(p.parts),
             )
             for p in self._calls.values()
+            if p.done or self._completed
         ]
         return ResponseSummary(tool_calls=calls, usage=self._usage, terminal_seen=self._terminal)
 
@@ -247,6 +255,8 @@ class ResponsesObserver:
             partial.call_id = call_id
         if name:
             partial.name = name
+        if final and item.get("status") not in ("in_progress", "incomplete"):
+            partial.done = True
         value = _call_arguments(item)
         if not isinstance(value, str):
             return
