@@ -150,7 +150,8 @@ def sdk_read(wire: str, base_url: str, api_key: str, headers: dict[str, str],
         if wire == "anthropic":
             client: Any = anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, http_client=http)
             stream = client.beta.messages.create(model="claude-replay", max_tokens=256, stream=True,
-                                            messages=[{"role": "user", "content": "go"}], extra_headers=headers)
+                                                 messages=[{"role": "user", "content": "go"}],
+                                                 extra_headers=headers)
         else:
             client = openai.OpenAI(base_url=base_url + "/v1", api_key=api_key, max_retries=0, http_client=http)
             if wire == "chat":
