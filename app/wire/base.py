@@ -106,11 +106,14 @@ class RequestView:
 class ResponseSummary:
     """What a finished response (streamed or not) told the gateway.
 
-    ``tool_calls`` in the order the model emitted them; ``usage`` when upstream
-    reported it (``None`` otherwise); ``terminal_seen`` when the stream's own
-    terminal event arrived (chat ``data: [DONE]``, Responses ``response.completed``
-    / ``response.incomplete`` / ``response.failed``, Anthropic ``message_stop``);
-    always ``True`` for a non-streamed body.
+    ``tool_calls`` in the order the model emitted them; from a stream, only those
+    whose block completed (a call cut off by an upstream error, a stall or a
+    truncation is never run by the agent; each observer documents its rule);
+    ``usage`` when upstream reported it (``None`` otherwise); ``terminal_seen`` when
+    the stream's own terminal event arrived (chat ``data: [DONE]`` or an error chunk,
+    Responses ``response.completed`` / ``response.incomplete`` / ``response.failed``
+    or ``error``, Anthropic ``message_stop`` or ``error``); always ``True`` for a
+    non-streamed body.
     """
 
     tool_calls: list[ToolCall] = field(default_factory=list)
