@@ -107,6 +107,7 @@ def _upstream_saw_disconnect(upstream) -> None:
 def _cut_event(admin: Admin, task_id: str, path: str) -> dict:
     event = admin.wait_for_event(task_id, "cut_open_requests")
     assert event["detail"]["cut"] == 1 and event["detail"]["path"] in (path, "recheck")
+    assert "cut 1 open request(s)" in event["message"]
     return event
 
 

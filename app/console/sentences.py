@@ -49,6 +49,9 @@ def event_message(kind: str, reason: str | None, detail: Mapping[str, Any] | Non
         return f"Upstream stream on {d.get('endpoint')} ended without its terminal event ({d.get('code')})."
     if kind == "upstream_unreachable":
         return f"The upstream provider could not be reached for {d.get('endpoint')}."
+    if kind == "cut_open_requests":
+        return (f"The stop ({reason}) cut {d.get('cut')} open request(s) on {d.get('process')}, "
+                f"{d.get('seconds_since_stopped')} s after the latch (heard by {d.get('path')}).")
     if kind == "upstream_timeout":
         return f"The upstream provider did not answer {d.get('endpoint')} in time."
     return kind.replace("_", " ").capitalize() + (f" ({reason})." if reason else ".")

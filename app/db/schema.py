@@ -65,7 +65,7 @@ tasks = Table(
 )
 
 #: Durable history of a task: created, stopped, resumed, limits_changed,
-#: stream_stalled, stream_truncated, upstream_error, loop_warning.
+#: stream_stalled, stream_truncated, upstream_error, loop_warning, cut_open_requests.
 task_events = Table(
     "task_events",
     metadata,
