@@ -83,7 +83,8 @@ def test_labels_stay_bounded():
 def test_token_protection_and_workers_share_one_exposition(database_url, upstream, admin):
     gw = GatewayProcess(database_url, upstream.base_url, TASKGATE_METRICS_TOKEN="mtok")
     gw.serve_args = ("--workers", "2")
-    with gw:
+    gw.start(timeout=120)  # two workers start slowly on a loaded machine
+    try:
         assert httpx.get(gw.url + "/metrics").status_code == 401
         assert httpx.get(gw.url + "/metrics", headers={"authorization": "Bearer nope"}).status_code == 401
         _, token = admin.create_task()
@@ -95,3 +96,5 @@ def test_token_protection_and_workers_share_one_exposition(database_url, upstrea
         for _ in range(4):  # whichever worker answers, it reports every worker's samples
             after = scrape(gw.url, token="mtok")
             assert sample(after, "taskgate_requests_total", endpoint=CHAT, outcome="forwarded") == n
+    finally:
+        gw.stop()

@@ -86,7 +86,7 @@ async function listView() {
   const rows = data.data.map((t) => h("tr", { "data-task": t.id },
     h("td", {}, h("a", { href: "#/task/" + encodeURIComponent(t.id) }, t.id)),
     h("td", {}, badge(t.status)),
-    h("td", {}, h("div", { class: "row" }, meters(t))),
+    h("td", {}, h("div", { class: "row meters" }, meters(t))),
     h("td", {}, t.stop_reason ? h("code", {}, t.stop_reason) : ""),
     h("td", { class: "sentence" }, t.stop_message || "")));
   main.replaceChildren(
