@@ -87,8 +87,7 @@ def actual_usd(price: Price, usage: Usage) -> Decimal:
     """What upstream's ``usage`` costs: uncached input, cache reads and cache writes at
     their prices, plus output. Cache fields are part of ``input_tokens`` (see
     :class:`~app.wire.base.Usage`)."""
-    cache_read = getattr(usage, "cache_read_input_tokens", 0)
-    cache_write = getattr(usage, "cache_creation_input_tokens", 0)
+    cache_read, cache_write = usage.cache_read_input_tokens, usage.cache_creation_input_tokens
     uncached = max(usage.input_tokens - cache_read - cache_write, 0)
     total = (Decimal(str(price.input_per_mtok)) * uncached
              + Decimal(str(price.cached_input)) * cache_read
