@@ -228,23 +228,31 @@ def test_replay_split_at_any_byte(replay_gateway, replay_upstream, name, data):
     replay(replay_gateway, replay_upstream, Admin(replay_gateway.url), name, ",".join(map(str, cuts)) or "0")
 
 
-def test_upstream_open_after_its_terminal_event_is_closed_after_the_grace_period(replay_gateway, replay_upstream):
-    """OpenRouter's trailing ``data: [DONE]`` arrives half, then upstream neither sends
-    more nor closes: the gateway ends the stream itself after ``stream_close_grace_s``
-    (3 s here), with whole events only, and the stream counts as complete."""
+@pytest.mark.parametrize(("name", "path", "sent"), [
+    ("responses_openrouter_done", "/v1/responses", 8),  # half of the trailing data: [DONE]
+    ("chat_error_mid_tool_call", "/v1/chat/completions", 0),  # the error chunk, then silence
+])
+def test_upstream_open_after_its_terminal_event_is_closed_after_the_grace_period(
+        replay_gateway, replay_upstream, name, path, sent):
+    """Upstream's terminal event (or its own error chunk) arrives, then upstream neither
+    sends more nor closes: the gateway ends the stream itself after
+    ``stream_close_grace_s`` (3 s here), with whole events only and nothing appended,
+    and the stream counts as complete (no stall, no truncation)."""
     admin = Admin(replay_gateway.url)
-    raw = (FIXTURES / "responses_openrouter_done.sse").read_bytes()
+    raw = (FIXTURES / f"{name}.sse").read_bytes()
     whole = raw.index(b"data: [DONE]")
     task_id, token = admin.create_task()
-    headers = {"authorization": f"Bearer {token}", "x-replay-fixture": "responses_openrouter_done.sse",
-               "x-replay-stop-at": str(whole + 8), "x-replay-linger-s": "60"}
+    headers = {"authorization": f"Bearer {token}", "x-replay-fixture": f"{name}.sse",
+               "x-replay-stop-at": str(whole + sent), "x-replay-linger-s": "60"}
     started = time.monotonic()
-    with httpx2.stream("POST", replay_gateway.url + "/v1/responses", headers=headers, timeout=30,
-                       json={"model": "gpt-replay", "input": "go", "stream": True}) as r:
+    with httpx2.stream("POST", replay_gateway.url + path, headers=headers, timeout=30,
+                       json={"model": "gpt-replay", "input": "go", "messages": [], "stream": True}) as r:
         body = b"".join(r.iter_raw())
     elapsed = time.monotonic() - started
-    assert body == raw[:whole]  # never half an event
+    assert body == raw[:whole]  # never half an event, nothing appended
     assert 3.0 <= elapsed < 20  # waited the grace period, then closed without upstream
-    task, calls = settle(admin, task_id, CASES["responses_openrouter_done"])
-    assert (task["input_tokens"], task["output_tokens"]) == (733, 29) and len(calls) == 1
+    case = CASES[name]
+    task, calls = settle(admin, task_id, case)
+    assert (task["input_tokens"], task["output_tokens"]) == (case.input_tokens, case.output_tokens)
+    assert [c["call_id"] for c in calls] == [c for c, _, _ in case.calls]
     assert not {e["kind"] for e in admin.events(task_id)} & {"stream_stalled", "stream_truncated"}
