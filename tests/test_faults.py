@@ -1,0 +1,98 @@
+"""Crashes lose nothing: PostgreSQL killed (``kill -9`` of the postmaster) under load,
+then restarted, never leaves upstream with more requests than were admitted.
+
+- The embedded PostgreSQL: the gateway's supervisor restarts it by itself; meanwhile
+  requests get 503 and ``/readyz`` says ``restarting``; no 500 at any time.
+- A PostgreSQL server: a private throwaway cluster from the Debian binaries (never the
+  machine's shared server on :5432), restarted by the test as systemd would.
+
+Recovery times are printed (``-s`` shows them) for README's Faults section.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import httpx
+import pytest
+
+from app.db import embedded, migrate
+from tests.cluster import NOT_INSTALLED, private_cluster, server_bin
+from tests.load import Load
+from tests.support import Admin, GatewayProcess
+
+
+def _no_lost_reservation(upstream, admin: Admin, task_id: str, load: Load) -> None:
+    statuses = load.statuses()
+    assert set(statuses) <= {200, 503}, {s: statuses.count(s) for s in set(statuses)}
+    posts = len([r for r in upstream.requests if r.method == "POST"])
+    admitted = admin.task(task_id)["admitted_requests"]
+    print(f"\nadmitted {admitted}, upstream received {posts}, answers {len(statuses)} "
+          f"({statuses.count(200)} x 200, {statuses.count(503)} x 503)")
+    assert posts <= admitted, f"upstream received {posts} requests but only {admitted} were admitted"
+
+
+def test_embedded_postgres_killed_under_load_is_restarted_and_loses_no_reservation(upstream, tmp_path):
+    """Two gateway processes share one embedded data directory: both notice the dead
+    postmaster, one restarts it (file lock), both serve again."""
+    gws = [GatewayProcess(None, upstream.base_url, TASKGATE_DATA_DIR=str(tmp_path)) for _ in range(2)]
+    try:
+        for gw in gws:
+            gw.start(timeout=60)
+        admin = Admin(gws[0].url)
+        task_id, token = admin.create_task(request_limit=10**9)
+        pgdata = embedded.pgdata_dir(tmp_path)
+        with Load([gw.url for gw in gws], token) as load:
+            time.sleep(2)
+            killed_at = time.monotonic()
+            os.kill(embedded.postmaster_pid(pgdata), signal.SIGKILL)
+            seen = set()
+            while load.ok_after(killed_at) is None and time.monotonic() < killed_at + 60:
+                seen.add(httpx.get(gws[1].url + "/readyz").json().get("database"))
+                time.sleep(0.05)
+            back_at = load.wait_for_ok_after(killed_at, timeout=1)
+            for gw in gws:
+                _wait_ready(gw.url)
+            time.sleep(1)
+        print(f"\nembedded PostgreSQL: first 200 {back_at - killed_at:.2f} s after kill -9; "
+              f"/readyz said {sorted(seen)}")
+        assert "restarting" in seen
+        _no_lost_reservation(upstream, admin, task_id, load)
+        assert sum("embedded PostgreSQL is back" in gw.output() for gw in gws) == 2
+    finally:
+        for gw in gws:  # SIGTERM; the last one out stops the (restarted) server
+            gw.proc.send_signal(signal.SIGTERM)
+        for gw in gws:
+            gw.proc.wait(60)
+    assert not (tmp_path / "pgdata" / "postmaster.pid").exists()  # the restarted server stopped too
+
+
+def _wait_ready(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if httpx.get(url + "/readyz").json() == {"status": "ready", "database": "ok"}:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{url} not ready {timeout} s after the restart")
+
+
+@pytest.mark.skipif(server_bin() is None, reason=NOT_INSTALLED)
+def test_postgres_server_killed_under_load_loses_no_reservation(upstream):
+    with private_cluster() as cluster:
+        migrate.upgrade(cluster.url)
+        with GatewayProcess(cluster.url, upstream.base_url, TASKGATE_DATABASE_TIMEOUT_S="2") as gw:
+            admin = Admin(gw.url)
+            task_id, token = admin.create_task(request_limit=10**9)
+            with Load([gw.url], token) as load:
+                time.sleep(2)
+                killed_at = time.monotonic()
+                cluster.kill()
+                cluster.start()
+                restarted_at = time.monotonic()
+                back_at = load.wait_for_ok_after(restarted_at, timeout=30)
+                time.sleep(1)
+            print(f"\nPostgreSQL server: restarted {restarted_at - killed_at:.2f} s after kill -9, "
+                  f"first 200 {back_at - restarted_at:.2f} s after the restart")
+            _no_lost_reservation(upstream, admin, task_id, load)
