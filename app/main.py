@@ -30,7 +30,9 @@ from app.console import install as console
 from app.console.logs import configure as configure_logging
 from app.db import embedded, migrate, supervisor
 from app.db.pool import create_pool
+from app.db.retry import backlog
 from app.errors import GatewayError, unavailable
+from app.fault_log import faults
 from app.proxy.auth import KnownTokens
 from app.proxy.endpoints import DEFAULT_ENDPOINTS, parse_endpoints
 from app.proxy.open_requests import OpenRequests
@@ -68,6 +70,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the gateway app. ``settings`` defaults to the environment's."""
     settings = settings or get_settings()
     configure_logging(settings.log_level, settings.log_format)
+    faults.interval_s = settings.fault_log_interval_s
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -88,6 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await stop_watch.close()
             if supervising is not None:
                 supervising.cancel()
+            await backlog.drain(timeout_s=5)
             await app.state.client.aclose()
             await app.state.db.close()
 
@@ -152,7 +156,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.exception_handler(OSError)
     async def _database_error(request: Request, exc: Exception):  # type: ignore[no-untyped-def]
         """The database failed under an admin call or outside admission: 503, no traceback."""
-        logger.error("database error on %s %s: %r", request.method, request.url.path, exc)
+        faults.report("database", f"unavailable under {request.url.path}; answering 503", exc)
         return _gateway_or_admin(request, unavailable())
 
     @app.exception_handler(Exception)

@@ -1,6 +1,6 @@
 """Test databases beyond the session's: an empty (unmigrated) database on the same
-server, the postmaster of an embedded PostgreSQL to kill, and a private embedded
-cluster with ``pg_stat_statements`` (to count what PostgreSQL runs)."""
+server, a private embedded cluster with ``pg_stat_statements`` (to count what PostgreSQL
+runs), and a private directory for an embedded PostgreSQL of a test's own."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -35,14 +36,6 @@ def empty_database(server_url: str) -> Iterator[str]:
         yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
     finally:
         asyncio.run(_sql(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
-def postmaster_pid(pgdata: Path) -> int | None:
-    """The pid in ``pgdata/postmaster.pid``, or ``None`` when there is none."""
-    try:
-        return int((Path(pgdata) / "postmaster.pid").read_text().split()[0])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 @contextmanager
@@ -69,3 +62,11 @@ def statements_cluster() -> Iterator[tuple[str, Path]]:
             yield url, pgdata
         finally:
             embedded.stop(Path(tmp), mode="immediate")
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """A private directory for a test's own embedded PostgreSQL (not pytest's
+    ``tmp_path``: concurrent pytest runs on one machine prune each other's)."""
+    with tempfile.TemporaryDirectory(prefix="taskgate-db-", ignore_cleanup_errors=True) as tmp:
+        yield Path(tmp)

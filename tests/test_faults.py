@@ -20,6 +20,7 @@ import pytest
 
 from app.db import embedded, migrate
 from tests.cluster import NOT_INSTALLED, private_cluster, server_bin
+from tests.databases import data_dir  # noqa: F401 - fixture
 from tests.load import Load
 from tests.support import Admin, GatewayProcess
 
@@ -34,16 +35,16 @@ def _no_lost_reservation(upstream, admin: Admin, task_id: str, load: Load) -> No
     assert posts <= admitted, f"upstream received {posts} requests but only {admitted} were admitted"
 
 
-def test_embedded_postgres_killed_under_load_is_restarted_and_loses_no_reservation(upstream, tmp_path):
+def test_embedded_postgres_killed_under_load_is_restarted_and_loses_no_reservation(upstream, data_dir):
     """Two gateway processes share one embedded data directory: both notice the dead
     postmaster, one restarts it (file lock), both serve again."""
-    gws = [GatewayProcess(None, upstream.base_url, TASKGATE_DATA_DIR=str(tmp_path)) for _ in range(2)]
+    gws = [GatewayProcess(None, upstream.base_url, TASKGATE_DATA_DIR=str(data_dir)) for _ in range(2)]
     try:
         for gw in gws:
             gw.start(timeout=60)
         admin = Admin(gws[0].url)
         task_id, token = admin.create_task(request_limit=10**9)
-        pgdata = embedded.pgdata_dir(tmp_path)
+        pgdata = embedded.pgdata_dir(data_dir)
         with Load([gw.url for gw in gws], token) as load:
             time.sleep(2)
             killed_at = time.monotonic()
@@ -66,7 +67,7 @@ def test_embedded_postgres_killed_under_load_is_restarted_and_loses_no_reservati
             gw.proc.send_signal(signal.SIGTERM)
         for gw in gws:
             gw.proc.wait(60)
-    assert not (tmp_path / "pgdata" / "postmaster.pid").exists()  # the restarted server stopped too
+    assert not (data_dir / "pgdata" / "postmaster.pid").exists()  # the restarted server stopped too
 
 
 def _wait_ready(url: str, timeout: float = 30) -> None:

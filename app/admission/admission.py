@@ -34,6 +34,7 @@ from app.admission.limits import counters_sentence, explain_stop, limit_breach
 from app.console.metrics import time_admission
 from app.db import tasks as task_rows
 from app.errors import GatewayError, task_stopped, unauthorized, unavailable
+from app.fault_log import faults
 from app.guard.detector import Action, Verdict
 from app.guard.ledger import GuardRequest, record_request
 from app.settings import Settings
@@ -90,8 +91,8 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
             return await _admit_locked(conn, token_hash, settings, guard, charge or Charge(None))
     except GatewayError:
         raise
-    except Exception:  # noqa: BLE001 - fail closed on anything the database does
-        logger.exception("admission failed; refusing the request (fail closed)")
+    except Exception as exc:  # noqa: BLE001 - fail closed on anything the database does
+        faults.report("admission", "database unavailable; refusing requests (503, fail closed)", exc)
         raise unavailable() from None
 
 
@@ -139,8 +140,8 @@ async def authenticate(pool: asyncpg.Pool, token_hash: str) -> dict[str, Any]:
     try:
         async with pool.acquire() as conn:
             row = await conn.fetchrow("SELECT * FROM tasks WHERE token_hash = $1", token_hash)
-    except Exception:  # noqa: BLE001
-        logger.exception("task lookup failed; refusing the request (fail closed)")
+    except Exception as exc:  # noqa: BLE001
+        faults.report("task lookup", "database unavailable; refusing requests (503, fail closed)", exc)
         raise unavailable() from None
     if row is None:
         raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")

@@ -54,7 +54,7 @@ async def create_pool(database_url: str, settings: Settings) -> asyncpg.Pool:
     statement, which works through PgBouncer in transaction mode and directly."""
     return await asyncpg.create_pool(
         asyncpg_dsn(database_url),
-        min_size=1,
+        min_size=0,  # no floor to restore: asyncpg logs a traceback per failed attempt
         max_size=settings.database_pool_size,
         timeout=settings.database_timeout_s,
         command_timeout=settings.database_timeout_s,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Awaitable, Callable
 
 import asyncpg
 
@@ -21,6 +22,7 @@ from app.config.schema import Price
 from app.console import hooks
 from app.db import tasks as task_rows
 from app.db.pool import relaxed
+from app.db.retry import backlog, connection_lost
 from app.guard.ledger import record_response
 from app.proxy.relay import Outcome
 from app.settings import Settings
@@ -60,11 +62,27 @@ class Accounting:
             summary.tool_calls = []
         settlement = settle(self.price, summary.usage, self.reservation_usd)
         if summary.tool_calls or summary.usage is not None or settlement is not None:
-            await record_response(self.pool, self.task_id, self.conversation_key, summary,
-                                  self.settings, settlement)
+            usage = summary.usage
+            await self._retried(lambda: record_response(
+                self.pool, self.task_id, self.conversation_key, summary, self.settings, settlement),
+                f"the usage ({usage.input_tokens if usage else 0} input, "
+                f"{usage.output_tokens if usage else 0} output tokens), cost and "
+                f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")
         kind = _EVENT_KINDS.get(outcome.kind)
-        if kind is None:
-            return
+        if kind is not None:
+            await self._retried(lambda: self._record_event(kind, outcome),
+                                f"the {kind} event of task {self.task_id}")
+
+    async def _retried(self, write: Callable[[], Awaitable[object]], what: str) -> None:
+        """Run ``write``; if the database is unreachable, leave it to the backlog."""
+        try:
+            await write()
+        except Exception as exc:
+            if not connection_lost(exc):
+                raise
+            backlog.submit(write, what, self.settings.accounting_retry_s, exc)
+
+    async def _record_event(self, kind: str, outcome: Outcome) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             await relaxed(conn)  # a latch set below makes this commit durable again
             await task_rows.lock_task(conn, task_id=self.task_id)

@@ -11,15 +11,14 @@ refused there with the same 401).
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 
 import asyncpg
 
 from app.errors import unauthorized, unavailable
+from app.fault_log import faults
 from app.proxy.inbound import CLOSE
 
-logger = logging.getLogger(__name__)
 
 _EXISTS = "SELECT 1 FROM tasks WHERE token_hash = $1"
 
@@ -53,8 +52,8 @@ async def require_known_token(pool: asyncpg.Pool, known: KnownTokens, token_hash
     try:
         async with pool.acquire() as conn:
             found = await conn.fetchval(_EXISTS, token_hash)
-    except Exception:  # noqa: BLE001 - fail closed, as admission does
-        logger.warning("token lookup failed; refusing the request (fail closed)")
+    except Exception as exc:  # noqa: BLE001 - fail closed, as admission does
+        faults.report("token lookup", "database unavailable; refusing requests (503, fail closed)", exc)
         raise unavailable() from None
     if found is None:
         err = unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
