@@ -24,6 +24,8 @@ from tests.databases import data_dir  # noqa: F401 - fixture
 from tests.load import Load
 from tests.support import Admin, GatewayProcess
 
+pytestmark = pytest.mark.timeout(300)  # kills, restarts and load on a loaded machine
+
 
 def _no_lost_reservation(upstream, admin: Admin, task_id: str, load: Load) -> None:
     statuses = load.statuses()
@@ -97,3 +99,28 @@ def test_postgres_server_killed_under_load_loses_no_reservation(upstream):
             print(f"\nPostgreSQL server: restarted {restarted_at - killed_at:.2f} s after kill -9, "
                   f"first 200 {back_at - restarted_at:.2f} s after the restart")
             _no_lost_reservation(upstream, admin, task_id, load)
+
+
+def test_gateway_killed_under_load_loses_no_reservation(database_url, upstream):
+    """``kill -9`` of one of two gateways with requests in flight: every request that went
+    upstream was admitted, and the other gateway keeps serving."""
+    with GatewayProcess(database_url, upstream.base_url) as survivor:
+        victim = GatewayProcess(database_url, upstream.base_url).start()
+        admin = Admin(survivor.url)
+        task_id, token = admin.create_task(request_limit=10**9)
+        upstream.script("delay", delay_s=0.3)  # every request is in flight for 0.3 s
+        with Load([victim.url, survivor.url], token, threads=32) as load:
+            time.sleep(2)
+            killed_at = time.monotonic()
+            victim.proc.kill()
+            victim.proc.wait()
+            load.wait_for_ok_after(killed_at, timeout=10)
+            time.sleep(1)
+        statuses = load.statuses()
+        # the killed gateway's connections fail (status 0); nothing else but 200
+        assert set(statuses) <= {0, 200}, {s: statuses.count(s) for s in set(statuses)}
+        posts = len([r for r in upstream.requests if r.method == "POST"])
+        admitted = admin.task(task_id)["admitted_requests"]
+        print(f"\ngateway killed: admitted {admitted}, upstream received {posts}, "
+              f"{statuses.count(0)} connections cut")
+        assert posts <= admitted

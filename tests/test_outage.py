@@ -12,12 +12,15 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import httpx
+import pytest
 
 from app.db import embedded, migrate
 from tests.databases import data_dir  # noqa: F401 - fixture
 from tests.support import Admin, GatewayProcess, stop_embedded
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+pytestmark = pytest.mark.timeout(300)  # kills, restarts and load on a loaded machine
 
 
 @contextmanager

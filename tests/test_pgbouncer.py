@@ -20,7 +20,8 @@ from tests.databases import empty_database
 from tests.pgbouncer import NOT_INSTALLED, pgbouncer, pgbouncer_binary
 from tests.support import Admin, GatewayProcess
 
-pytestmark = pytest.mark.skipif(pgbouncer_binary() is None, reason=NOT_INSTALLED)
+pytestmark = [pytest.mark.skipif(pgbouncer_binary() is None, reason=NOT_INSTALLED),
+              pytest.mark.timeout(900)]  # 3,000 requests on one row lock, on a loaded machine
 
 LIMIT, REQUESTS = 500, 3000
 
