@@ -23,12 +23,16 @@ from starlette.responses import Response
 import asyncpg
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.admin import errors as admin_errors
+from app.admin.errors import AdminError
 from app.admin.routes import router as admin_router
 from app.config import gateway_config
 from app.console import admin_token, hooks
 from app.console import install as console
 from app.console.logs import configure as configure_logging
+from app.console.request_ids import REQUEST_ID, request_id_from
 from app.db import embedded, migrate, supervisor
+from app.db.errors import database_unreachable
 from app.db.pool import create_pool
 from app.db.retry import backlog
 from app.errors import GatewayError, unavailable
@@ -138,43 +142,59 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         hooks.gateway_answered(request.url.path, exc)
         return error_response(request.url.path, exc)
 
+    @app.exception_handler(AdminError)
+    async def _admin_error(request: Request, exc: AdminError):  # type: ignore[no-untyped-def]
+        return admin_errors.error_response(exc.status, exc.message, code=exc.code, param=exc.param,
+                                           headers=exc.headers)
+
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):  # type: ignore[no-untyped-def]
         if request.url.path.startswith("/v1/"):
             return error_response(request.url.path, GatewayError(
                 exc.status_code, "invalid_request_error", None, str(exc.detail)))
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            headers["Allow"] = admin_errors.allow_header(request.app.router.routes, request.scope)
+        return admin_errors.error_response(exc.status_code, str(exc.detail), headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):  # type: ignore[no-untyped-def]
-        return JSONResponse({"detail": jsonable_errors(exc)}, status_code=422)
+        return admin_errors.validation_response(exc)
 
     @app.exception_handler(asyncpg.PostgresError)
     @app.exception_handler(asyncpg.InterfaceError)
     @app.exception_handler(TimeoutError)
     @app.exception_handler(OSError)
     async def _database_error(request: Request, exc: Exception):  # type: ignore[no-untyped-def]
-        """The database failed under an admin call or outside admission: 503, no traceback."""
+        """503 (one rate-limited log line) while the database is out of reach; any other
+        database error is a bug: 500 with a request id."""
+        if not database_unreachable(exc):
+            return _internal_error(request, exc)
         faults.report("database", f"unavailable under {request.url.path}; answering 503", exc)
         return _gateway_or_admin(request, unavailable())
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception):  # type: ignore[no-untyped-def]
-        logger.exception("unexpected error on %s %s", request.method, request.url.path)
-        return _gateway_or_admin(request, GatewayError(500, "internal_error", "internal_error",
-                                                       "taskgate hit an internal error; see its log."))
+        return _internal_error(request, exc)
 
     return app
 
 
-def jsonable_errors(exc: RequestValidationError) -> list[dict]:
-    """Validation errors without the raw input (which may hold secrets)."""
-    return [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
+def _internal_error(request: Request, exc: Exception) -> Response:
+    """500 with a request id; the traceback goes to the log under that id."""
+    # ExceptionMiddleware handlers run inside the console's request-id middleware; the
+    # catch-all runs outside it (REQUEST_ID already reset): same id when the client sent one.
+    rid = REQUEST_ID.get() or request_id_from(request.scope["headers"])
+    logger.error("internal error on %s %s (request id %s)", request.method, request.url.path, rid,
+                 exc_info=exc)
+    message = f"taskgate hit an internal error (request id {rid}); see its log."
+    if request.url.path.startswith("/v1/"):
+        return error_response(request.url.path, GatewayError(
+            500, "internal_error", "internal_error", message, {"x-request-id": rid}))
+    return admin_errors.error_response(500, message, code="internal_error", request_id=rid)
 
 
 def _gateway_or_admin(request: Request, err: GatewayError) -> Response:
     if request.url.path.startswith("/v1/"):
         return error_response(request.url.path, err)
-    return JSONResponse({"detail": err.message}, status_code=err.status)
-
+    return admin_errors.error_response(err.status, err.message, code=err.code)

@@ -3,8 +3,9 @@
 Create tasks and get their tokens, change limits, stop and resume tasks, and read
 why a task stopped (``stop_reason``, ``stop_detail``, the event history and the
 tool-call ledger). Every change that matters is a row in ``task_events``.
-Errors: 401 bad admin token, 404 unknown task, 409 duplicate task id, 422 invalid
-body, 503 database unavailable.
+Errors (one shape, :mod:`app.admin.errors`): 400 body not JSON, 401 bad admin token,
+404 unknown task, 409 duplicate task id or task not stopped, 422 invalid body, path or
+query parameter, 500 internal error (with a request id), 503 database unreachable.
 """
 
 from __future__ import annotations
@@ -12,16 +13,18 @@ from __future__ import annotations
 import secrets
 from collections import defaultdict
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 import asyncpg
 
 from app.admin import schemas
+from app.admin.errors import AdminError, responses
 from app.admission.tokens import new_token, token_hash
 from app.console.sentences import event_message, stop_message
 from app.db import tasks as task_rows
+from app.db.bounds import INT8_MAX
 from app.db.pool import durable
 from app.guard.detector import CallRecord, detect
 from app.guard.ledger import thresholds_for
@@ -34,11 +37,17 @@ def _require_admin(request: Request,
     expected = request.app.state.settings.admin_token
     if credentials is None or not secrets.compare_digest(credentials.credentials.encode(),
                                                          expected.encode()):
-        raise HTTPException(401, "Missing or wrong admin token (Authorization: Bearer <TASKGATE_ADMIN_TOKEN>).",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise AdminError(401, "unauthorized",
+                         "Missing or wrong admin token (Authorization: Bearer <TASKGATE_ADMIN_TOKEN>).",
+                         headers={"WWW-Authenticate": "Bearer"})
 
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(_require_admin)])
+
+#: ``{task_id}`` in paths: a task id as ``POST /admin/tasks`` accepts it (422 otherwise).
+TaskIdPath = Annotated[str, Path(pattern=schemas.TASK_ID_PATTERN, description="The task's id.")]
+#: ``?after=`` of the event and ledger pages: a row id / sequence number (bigint).
+AfterSeq = Annotated[int, Query(ge=0, le=INT8_MAX, description="Return rows after this id.")]
 
 _INSERT = (
     "INSERT INTO tasks (id, token_hash, request_limit, max_duration_s, token_limit, tool_call_limit,"
@@ -83,11 +92,12 @@ def _task(row: Any) -> schemas.Task:
     return schemas.Task.model_validate(d)
 
 
-def _not_found(task_id: str) -> HTTPException:
-    return HTTPException(404, f"No task with id '{task_id}'.")
+def _not_found(task_id: str) -> AdminError:
+    return AdminError(404, "task_not_found", f"No task with id '{task_id}'.", "task_id")
 
 
-@router.post("/tasks", status_code=201, response_model=schemas.TaskCreated)
+@router.post("/tasks", status_code=201, response_model=schemas.TaskCreated,
+             responses=responses(400, 409))
 async def create_task(body: schemas.TaskCreate, request: Request) -> schemas.TaskCreated:
     """Create a task and return it with its token (the only time the token is shown)."""
     settings = request.app.state.settings
@@ -105,13 +115,17 @@ async def create_task(body: schemas.TaskCreate, request: Request) -> schemas.Tas
             await task_rows.add_event(conn, values["id"], "created", None,
                                       {k: v for k, v in values.items() if k not in ("token_hash", "id")})
     except asyncpg.UniqueViolationError:
-        raise HTTPException(409, f"A task with id '{values['id']}' already exists.") from None
+        raise AdminError(409, "task_exists", f"A task with id '{values['id']}' already exists.",
+                         "id") from None
     return schemas.TaskCreated(**_task(row).model_dump(), token=token)
 
 
-@router.get("/tasks", response_model=schemas.TaskList)
+@router.get("/tasks", response_model=schemas.TaskList, responses=responses())
 async def list_tasks(request: Request, status: Literal["active", "stopped"] | None = None,
-                     limit: int = Query(100, ge=1, le=1000), after: str | None = None) -> schemas.TaskList:
+                     limit: int = Query(100, ge=1, le=1000),
+                     after: str | None = Query(None, pattern=schemas.TASK_ID_PATTERN,
+                                               description="A task id: list tasks after it.")
+                     ) -> schemas.TaskList:
     """Tasks ordered by id, ``limit`` per page; filter by ``status``; page with ``after``."""
     rows = await request.app.state.db.fetch(_LIST, status, after, limit + 1)
     page = [_task(r) for r in rows[:limit]]
@@ -120,21 +134,19 @@ async def list_tasks(request: Request, status: Literal["active", "stopped"] | No
                             next_after=page[-1].id if has_more and page else None)
 
 
-@router.get("/tasks/{task_id}", response_model=schemas.Task)
-async def get_task(task_id: str, request: Request) -> schemas.Task:
+@router.get("/tasks/{task_id}", response_model=schemas.Task, responses=responses(404))
+async def get_task(task_id: TaskIdPath, request: Request) -> schemas.Task:
     row = await request.app.state.db.fetchrow(_GET, task_id)
     if row is None:
         raise _not_found(task_id)
     return _task(row)
 
 
-@router.patch("/tasks/{task_id}", response_model=schemas.Task)
-async def update_task(task_id: str, body: schemas.TaskPatch, request: Request) -> schemas.Task:
+@router.patch("/tasks/{task_id}", response_model=schemas.Task, responses=responses(400, 404))
+async def update_task(task_id: TaskIdPath, body: schemas.TaskPatch, request: Request) -> schemas.Task:
     """Change limits (only the fields given; ``null`` removes a limit). Never clears a
     stop latch: a task stopped at its limit stays stopped until ``/resume``."""
     changes = {k: getattr(body, k) for k in body.model_fields_set if k in _PATCHABLE}
-    if "request_limit" in changes and changes["request_limit"] is None:
-        raise HTTPException(422, "request_limit cannot be null; set a number.")
     if "loop_guard" in changes:
         changes["loop_guard"] = body.loop_guard.model_dump(exclude_none=True) if body.loop_guard else {}
     if "metadata" in changes and changes["metadata"] is None:
@@ -155,9 +167,12 @@ async def update_task(task_id: str, body: schemas.TaskPatch, request: Request) -
     return _task(row)
 
 
-@router.post("/tasks/{task_id}/stop", response_model=schemas.Task)
-async def stop_task(task_id: str, body: schemas.StopRequest, request: Request) -> schemas.Task:
-    """Set the stop latch by hand. Stopping a stopped task changes nothing."""
+@router.post("/tasks/{task_id}/stop", response_model=schemas.Task, responses=responses(400, 404))
+async def stop_task(task_id: TaskIdPath, request: Request,
+                    body: Annotated[schemas.StopRequest | None, Body()] = None) -> schemas.Task:
+    """Set the stop latch by hand (the body is optional). Stopping a stopped task
+    changes nothing."""
+    body = body or schemas.StopRequest()
     async with request.app.state.db.acquire() as conn, conn.transaction():
         task = await task_rows.lock_task(conn, task_id=task_id)
         if task is None:
@@ -168,8 +183,9 @@ async def stop_task(task_id: str, body: schemas.StopRequest, request: Request) -
     return _task(row)
 
 
-@router.post("/tasks/{task_id}/resume", response_model=schemas.Task)
-async def resume_task(task_id: str, body: schemas.ResumeRequest, request: Request) -> schemas.Task:
+@router.post("/tasks/{task_id}/resume", response_model=schemas.Task,
+             responses=responses(400, 404, 409))
+async def resume_task(task_id: TaskIdPath, body: schemas.ResumeRequest, request: Request) -> schemas.Task:
     """Clear the stop latch (the only way to), with the operator's reason in the history.
 
     Counters are kept: a task stopped by ``request_limit`` needs a higher limit
@@ -180,7 +196,7 @@ async def resume_task(task_id: str, body: schemas.ResumeRequest, request: Reques
         if task is None:
             raise _not_found(task_id)
         if task["status"] != "stopped":
-            raise HTTPException(409, f"Task '{task_id}' is not stopped.")
+            raise AdminError(409, "task_not_stopped", f"Task '{task_id}' is not stopped.")
         await durable(conn)
         row = await conn.fetchrow(_CLEAR, task_id)
         await task_rows.add_event(conn, task_id, "resumed", body.reason, {
@@ -189,8 +205,8 @@ async def resume_task(task_id: str, body: schemas.ResumeRequest, request: Reques
     return _task(row)
 
 
-@router.get("/tasks/{task_id}/events", response_model=schemas.TaskEventList)
-async def task_events(task_id: str, request: Request, after: int = 0,
+@router.get("/tasks/{task_id}/events", response_model=schemas.TaskEventList, responses=responses(404))
+async def task_events(task_id: TaskIdPath, request: Request, after: AfterSeq = 0,
                       limit: int = Query(500, ge=1, le=5000)) -> schemas.TaskEventList:
     """The task's durable history, oldest first: created, stopped, resumed,
     limits_changed, loop_warning, stream_stalled, stream_truncated, upstream_*."""
@@ -202,8 +218,9 @@ async def task_events(task_id: str, request: Request, after: int = 0,
         {**dict(r), "message": event_message(r["kind"], r["reason"], r["detail"])}) for r in rows])
 
 
-@router.get("/tasks/{task_id}/tool-calls", response_model=schemas.ToolCallList)
-async def task_tool_calls(task_id: str, request: Request, after: int = 0,
+@router.get("/tasks/{task_id}/tool-calls", response_model=schemas.ToolCallList,
+            responses=responses(404))
+async def task_tool_calls(task_id: TaskIdPath, request: Request, after: AfterSeq = 0,
                           limit: int = Query(1000, ge=1, le=10000)) -> schemas.ToolCallList:
     """The loop guard's ledger for a task (names, hashes, flags; never raw arguments or
     results), and per conversation the detector's current verdict on its streaks."""
@@ -229,8 +246,8 @@ async def task_tool_calls(task_id: str, request: Request, after: int = 0,
                                 conversations=conversations, has_more=len(rows) > limit)
 
 
-@router.delete("/tasks/{task_id}", status_code=204, response_class=Response)
-async def delete_task(task_id: str, request: Request) -> Response:
+@router.delete("/tasks/{task_id}", status_code=204, response_class=Response, responses=responses(404))
+async def delete_task(task_id: TaskIdPath, request: Request) -> Response:
     """Delete a task, its history and its ledger. Its token stops working at once."""
     async with request.app.state.db.acquire() as conn, conn.transaction():
         await durable(conn)

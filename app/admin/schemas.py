@@ -1,32 +1,78 @@
-"""Request and response bodies of the admin API (JSON shapes in the OpenAPI docs)."""
+"""Request and response bodies of the admin API (JSON shapes in the OpenAPI docs).
+
+Request bodies accept only what PostgreSQL can hold (:mod:`app.db.bounds`): integers
+within their column's range, finite seconds, text and JSON without NUL or lone
+surrogates, strict JSON types (``"10"`` and ``true`` are not numbers). Loop-guard
+overrides are also checked by the detector's own :class:`~app.guard.detector.Thresholds`.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
+from app.db.bounds import (
+    INT4_MAX,
+    KEYS_AS_PROPERTY_NAMES,
+    MAX_SECONDS,
+    FiniteSeconds,
+    SafeJsonObject,
+    SafeText,
+    finite_number,
+    pg_bigint,
+    pg_int,
+    seconds,
+)
+from app.guard.detector import Thresholds
 from app.guard.normalize import check_patterns
 
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+TaskId = Annotated[str, StringConstraints(pattern=TASK_ID_PATTERN)]
+
+#: A count of calls in a loop-guard threshold (the detector's window must fit a bigint).
+GuardCount = pg_int(ge=1)
+ToolName = Annotated[SafeText, StringConstraints(min_length=1, max_length=256)]
+#: A regular expression (Python ``re`` syntax), as stored in ``loop_guard``.
+Pattern = Annotated[SafeText, StringConstraints(min_length=1, max_length=1000),
+                    Field(json_schema_extra={"format": "regex"})]
+
+
+def _not_null(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
 
 
 class LoopGuardOverrides(BaseModel):
-    """Per-task loop-guard thresholds; unset fields use the global settings."""
+    """Per-task loop-guard thresholds; unset fields use the global settings. Every
+    value the detector would refuse is refused here (422)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    identical_streak: int | None = Field(None, ge=2, description="Rule 1: identical calls in a row (calls).")
-    cycle_repeats: int | None = Field(None, ge=2, description="Rule 2: repeats of a 2- or 3-call cycle.")
-    failure_streak: int | None = Field(None, ge=2, description="Rule 3: failures of one tool in a row.")
-    per_tool_thresholds: dict[str, int] | None = Field(
-        None, description="Rule 4: identical-streak threshold per tool name, e.g. {\"check_status\": 20}.")
-    loop_warning: bool | None = Field(None, description="Rule 6: warn the model before the stop.")
-    loop_warning_after: int | None = Field(None, ge=1, description="Rule 6: warn from this identical repeat on.")
-    result_normalizer_defaults: bool | None = Field(
+    identical_streak: pg_int(ge=2) | None = Field(
+        None, description="Rule 1: identical calls in a row (calls).")
+    cycle_repeats: pg_int(ge=2) | None = Field(
+        None, description="Rule 2: repeats of a 2- or 3-call cycle.")
+    failure_streak: pg_int(ge=2) | None = Field(
+        None, description="Rule 3: failures of one tool in a row.")
+    per_tool_thresholds: Annotated[dict[ToolName, GuardCount], KEYS_AS_PROPERTY_NAMES,
+                                   Field(max_length=1000)] | None = Field(
+        None, description="Rule 4: identical-streak threshold per tool name (calls, >= 1), "
+        "e.g. {\"check_status\": 20}.")
+    loop_warning: StrictBool | None = Field(None, description="Rule 6: warn the model before the stop.")
+    loop_warning_after: GuardCount | None = Field(
+        None, description="Rule 6: warn from this identical repeat on.")
+    result_normalizer_defaults: StrictBool | None = Field(
         None, description="Apply the built-in result normalisers (default TASKGATE_RESULT_NORMALIZER_DEFAULTS).")
-    result_normalizers: list[str] | None = Field(
+    result_normalizers: list[Pattern] | None = Field(
         None, max_length=50,
         description="Extra regexes masked in tool results before hashing, after the global ones.")
 
@@ -35,25 +81,41 @@ class LoopGuardOverrides(BaseModel):
     def _valid_normalizers(cls, v: list[str] | None) -> list[str] | None:
         return None if v is None else check_patterns(v)
 
+    @model_validator(mode="after")
+    def _detector_accepts(self) -> "LoopGuardOverrides":
+        """Build the detector's thresholds from these overrides (defaults elsewhere):
+        whatever :class:`Thresholds` refuses is refused here."""
+        given = {"identical_streak": self.identical_streak, "cycle_repeats": self.cycle_repeats,
+                 "failure_streak": self.failure_streak, "per_tool": self.per_tool_thresholds,
+                 "warn_after": self.loop_warning_after}
+        Thresholds(**{k: v for k, v in given.items() if v is not None})  # ValueError -> 422
+        return self
+
 
 class TaskLimits(BaseModel):
     """Limits of a task. ``null`` means no limit (except ``request_limit``)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    request_limit: int | None = Field(None, ge=0, description="Admitted POSTs allowed (requests). Default TASKGATE_DEFAULT_REQUEST_LIMIT.")
-    max_duration_s: float | None = Field(None, gt=0, description="Wall-clock seconds from the first admitted request.")
-    token_limit: int | None = Field(None, ge=0, description="Input + output tokens reported by upstream.")
-    tool_call_limit: int | None = Field(None, ge=0, description="Rule 5: total tool calls of the task.")
-    max_stalls: int | None = Field(None, ge=1, description="Stream stalls before the task is stopped (repeated_stalls).")
-    stream_idle_timeout_s: float | None = Field(None, ge=0, description="Override of TASKGATE_STREAM_IDLE_TIMEOUT_S; 0 disables.")
-    stream_first_event_timeout_s: float | None = Field(None, ge=0, description="Override of TASKGATE_STREAM_FIRST_EVENT_TIMEOUT_S; 0 disables.")
+    request_limit: pg_bigint(ge=0) | None = Field(
+        None, description="Admitted POSTs allowed (requests). Default TASKGATE_DEFAULT_REQUEST_LIMIT.")
+    max_duration_s: seconds(gt=0) | None = Field(
+        None, description=f"Wall-clock seconds from the first admitted request (at most {MAX_SECONDS:g}).")
+    token_limit: pg_bigint(ge=0) | None = Field(
+        None, description="Input + output tokens reported by upstream.")
+    tool_call_limit: pg_bigint(ge=0) | None = Field(
+        None, description="Rule 5: total tool calls of the task.")
+    max_stalls: pg_int(ge=1) | None = Field(
+        None, description=f"Stream stalls before the task is stopped (repeated_stalls), at most {INT4_MAX}.")
+    stream_idle_timeout_s: FiniteSeconds | None = Field(
+        None, description="Override of TASKGATE_STREAM_IDLE_TIMEOUT_S; 0 disables.")
+    stream_first_event_timeout_s: FiniteSeconds | None = Field(
+        None, description="Override of TASKGATE_STREAM_FIRST_EVENT_TIMEOUT_S; 0 disables.")
     loop_guard: LoopGuardOverrides | None = None
-    cost_limit_usd: float | None = Field(
-        None, ge=0, le=1e9, allow_inf_nan=False,
-        description="Hard ceiling in US dollars: a request is admitted only if the task's settled cost, "
+    cost_limit_usd: finite_number(ge=0, le=1e9) | None = Field(
+        None, description="Hard ceiling in US dollars: a request is admitted only if the task's settled cost, "
         "the worst-case cost of its requests in flight and this request's worst-case cost stay within it.")
-    allowed_models: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(
+    allowed_models: list[Annotated[SafeText, StringConstraints(min_length=1, max_length=256)]] | None = Field(
         None, max_length=100,
         description="Model globs the task may use (e.g. [\"gpt-4.1*\"]); other models get 403 "
         "model_not_allowed, not counted. null: any model.")
@@ -62,26 +124,35 @@ class TaskLimits(BaseModel):
 class TaskCreate(TaskLimits):
     """``POST /admin/tasks`` body. Every field is optional."""
 
-    id: str | None = Field(None, pattern=TASK_ID_PATTERN, description="Your id for the task; generated when absent.")
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Free-form, stored and returned as is.")
+    id: TaskId | None = Field(None, description="Your id for the task; generated when absent.")
+    metadata: SafeJsonObject = Field(default_factory=dict, description="Free-form JSON object, stored and "
+                                     "returned as is (no NUL, at most 64 KiB, 32 levels deep).")
 
 
 class TaskPatch(TaskLimits):
     """``PATCH /admin/tasks/{id}`` body: only the fields given change; ``null`` removes
-    a limit. Raising a limit never clears a stop latch (use ``/resume``)."""
+    a limit (``request_limit`` cannot be removed). Raising a limit never clears a stop
+    latch (use ``/resume``)."""
 
-    metadata: dict[str, Any] | None = None
+    request_limit: pg_bigint(ge=0) = Field(  # type: ignore[assignment]
+        None, description="Admitted POSTs allowed (requests); not nullable.", json_schema_extra=_not_null)
+    metadata: SafeJsonObject | None = Field(None, description="Replaces the metadata; null empties it.")
 
 
 class StopRequest(BaseModel):
+    """``POST /admin/tasks/{id}/stop`` body; optional (no body stops with ``manual``)."""
+
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field("manual", min_length=1, max_length=200, description="Stop reason code, e.g. 'manual'.")
-    message: str | None = Field(None, max_length=2000, description="Operator's note, kept in stop_detail.")
+    reason: Annotated[SafeText, StringConstraints(min_length=1, max_length=200)] = Field(
+        "manual", description="Stop reason code, e.g. 'manual'.")
+    message: Annotated[SafeText, StringConstraints(max_length=2000)] | None = Field(
+        None, description="Operator's note, kept in stop_detail.")
 
 
 class ResumeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(..., min_length=1, max_length=2000, description="Why the latch is cleared (kept in the history).")
+    reason: Annotated[SafeText, StringConstraints(min_length=1, max_length=2000)] = Field(
+        ..., description="Why the latch is cleared (kept in the history).")
 
 
 class Task(BaseModel):

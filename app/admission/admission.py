@@ -15,8 +15,9 @@ Every admitted POST runs one PostgreSQL transaction that holds the task's row lo
   ``reserved_usd`` in the same statement that counts it, so N concurrent requests never
   reserve past the ceiling (settled in :mod:`app.proxy.accounting`).
 
-Nothing is ever refunded. Any database error refuses the request with 503
-(fail closed).
+Nothing is ever refunded. A database that cannot be reached refuses the request with
+503 (fail closed); any other error propagates (a bug: 500 with a request id, see
+:func:`app.db.errors.database_unreachable`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from app.admission.charge import Charge, charge_refusal
 from app.admission.limits import counters_sentence, explain_stop, limit_breach
 from app.console.metrics import time_admission
 from app.db import tasks as task_rows
+from app.db.errors import database_unreachable
 from app.errors import GatewayError, task_stopped, unauthorized, unavailable
 from app.fault_log import faults
 from app.guard.detector import Action, Verdict
@@ -80,7 +82,8 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
     Raises :class:`GatewayError`: 401 unknown token; 403 ``task_stopped`` with the
     stop reason as ``code`` (``request_limit``, ``token_limit``, ``max_duration``, a
     loop-guard reason, or whatever latched the task earlier); 503 when the database
-    cannot be reached or the transaction fails.
+    cannot be reached. Any other error propagates (nothing was admitted: the
+    transaction rolled back).
     """
     try:
         async with pool.acquire() as conn:
@@ -91,7 +94,9 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
             return await _admit_locked(conn, token_hash, settings, guard, charge or Charge(None))
     except GatewayError:
         raise
-    except Exception as exc:  # noqa: BLE001 - fail closed on anything the database does
+    except Exception as exc:  # noqa: BLE001 - fail closed while the database is out of reach
+        if not database_unreachable(exc):
+            raise  # a bug: 500 with a request id
         faults.report("admission", "database unavailable; refusing requests (503, fail closed)", exc)
         raise unavailable() from None
 
@@ -134,13 +139,16 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
 async def authenticate(pool: asyncpg.Pool, token_hash: str) -> dict[str, Any]:
     """Look up a task by token without consuming allowance (GETs, token counting).
 
-    Raises 401 for an unknown token and 503 when the database is unavailable. A
-    stopped task still authenticates: GETs are free and harmless.
+    Raises 401 for an unknown token and 503 when the database cannot be reached
+    (other errors propagate). A stopped task still authenticates: GETs are free and
+    harmless.
     """
     try:
         async with pool.acquire() as conn:
             row = await conn.fetchrow("SELECT * FROM tasks WHERE token_hash = $1", token_hash)
     except Exception as exc:  # noqa: BLE001
+        if not database_unreachable(exc):
+            raise  # a bug: 500 with a request id
         faults.report("task lookup", "database unavailable; refusing requests (503, fail closed)", exc)
         raise unavailable() from None
     if row is None:

@@ -10,6 +10,7 @@ import asyncpg
 
 from app.console import hooks
 from app.console.request_ids import REQUEST_ID
+from app.db.bounds import storable_json
 from app.db.pool import durable
 
 logger = logging.getLogger(__name__)
@@ -39,10 +40,12 @@ async def lock_task(conn: asyncpg.Connection, *, task_id: str | None = None,
 async def add_event(conn: asyncpg.Connection, task_id: str, kind: str, reason: str | None = None,
                     detail: dict[str, Any] | None = None) -> int:
     """Append one event to the task's durable history; returns its id. The current
-    request's id (when there is one) is added to ``detail`` as ``request_id``."""
+    request's id (when there is one) is added to ``detail`` as ``request_id``.
+    ``reason`` and ``detail`` are made storable: NUL, lone surrogates and non-finite
+    numbers never reach PostgreSQL."""
     if (request_id := REQUEST_ID.get()) is not None:
         detail = {**(detail or {}), "request_id": request_id}
-    return await conn.fetchval(_EVENT, task_id, kind, reason, detail or {})
+    return await conn.fetchval(_EVENT, task_id, kind, storable_json(reason), storable_json(detail or {}))
 
 
 async def set_latch(conn: asyncpg.Connection, task_id: str, reason: str,
@@ -55,6 +58,7 @@ async def set_latch(conn: asyncpg.Connection, task_id: str, reason: str,
     commit to every gateway process listening (:mod:`app.proxy.stop_watch`).
     """
     await durable(conn)
+    reason, detail = storable_json(reason), storable_json(detail)
     if await conn.execute(_LATCH, task_id, reason, detail) == "SELECT 0":
         return False
     event_id = await add_event(conn, task_id, "stopped", reason, detail)

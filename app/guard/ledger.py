@@ -1,7 +1,8 @@
 """The tool-call ledger: durable I/O around the pure detector.
 
 One ``tool_calls`` row per tool call invocation per task, keyed by tool call id, with
-the tool name, SHA-256 of the canonical arguments, SHA-256 of the result, the
+the tool name (ids and names longer than 256 characters or holding NUL or a lone
+surrogate are stored as ``sha256:<hex>``, :func:`app.db.bounds.ledger_text`), SHA-256 of the canonical arguments, SHA-256 of the result, the
 resolved failure flag, the conversation key and a global order (``seq``). A call id
 seen again (every request resends the history) never counts twice: inserts are
 ``ON CONFLICT DO NOTHING`` and results are written only once.
@@ -27,6 +28,7 @@ import asyncpg
 
 from app.admission.cost import Settlement
 from app.db import tasks as task_rows
+from app.db.bounds import ledger_text
 from app.db.pool import relaxed
 from app.guard.detector import Action, CallRecord, Thresholds, Verdict, detect, window_size
 from app.guard.fingerprint import (
@@ -138,8 +140,9 @@ async def _insert_calls(conn: asyncpg.Connection, task_id: str, conversation_key
     """Insert calls as pending (duplicates ignored); returns how many were new."""
     if not calls:
         return 0
-    rows = await conn.fetch(_INSERT_CALLS, task_id, conversation_key, [c.call_id for c in calls],
-                            [c.name for c in calls], [arguments_hash(c.arguments) for c in calls])
+    rows = await conn.fetch(_INSERT_CALLS, task_id, conversation_key,
+                            [ledger_text(c.call_id) for c in calls], [ledger_text(c.name) for c in calls],
+                            [arguments_hash(c.arguments) for c in calls])
     return len(rows)
 
 
@@ -166,7 +169,7 @@ async def record_request(conn: asyncpg.Connection, task: Mapping[str, Any], guar
     patterns = _patterns(settings.error_patterns)
     normalizer = normalizer_for(task, settings)
     results = guard.tool_results
-    completed = await conn.fetch(_COMPLETE_CALLS, task_id, [r.call_id for r in results],
+    completed = await conn.fetch(_COMPLETE_CALLS, task_id, [ledger_text(r.call_id) for r in results],
                                  [result_hash(normalizer(r.output)) for r in results],
                                  [is_failure(r, patterns) for r in results]) if results else []
     if not completed and not new_calls:

@@ -1,0 +1,44 @@
+"""Which database failures mean "PostgreSQL cannot be reached" (503) and which are bugs (500).
+
+The gateway fails closed with 503 ``gateway_unavailable`` only while the database is
+actually out of reach: the connection is refused, reset or times out, the server is
+starting up, shutting down or out of connections, or the pool is closed. Any other
+database error (a constraint, a value out of a column's range, a syntax error) means
+taskgate sent something it should not have: a bug, answered 500 with a request id.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+#: SQLSTATE classes that mean the server cannot serve us now: 08 connection exception,
+#: 53 insufficient resources (too many connections, out of memory, disk full),
+#: 58 system error (I/O error).
+UNREACHABLE_SQLSTATE_CLASSES = frozenset({"08", "53", "58"})
+#: Single SQLSTATEs of the same kind: 57P01 admin shutdown, 57P02 crash shutdown,
+#: 57P03 cannot connect now (starting up / in recovery), 57P05 idle session timeout,
+#: 57014 query canceled (statement timeout), 25P03 idle-in-transaction timeout.
+UNREACHABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "57P05", "57014", "25P03"})
+#: asyncpg ``InterfaceError`` messages raised when a connection or pool is gone.
+_GONE_MARKERS = ("connection is closed", "pool is closed", "pool is closing",
+                 "connection was closed", "pool is not initialized")
+
+
+def database_unreachable(exc: BaseException) -> bool:
+    """``True`` when ``exc`` (raised by a database call) means the database cannot be
+    reached or cannot serve now; ``False`` when it is an error in what was asked of it.
+
+    Unreachable: ``OSError`` (refused, reset, no such host or socket), ``TimeoutError``
+    (``asyncio.TimeoutError`` included: connect and command timeouts), PostgreSQL errors
+    in :data:`UNREACHABLE_SQLSTATE_CLASSES` or :data:`UNREACHABLE_SQLSTATES`, and
+    asyncpg's "connection/pool is closed" interface errors. Pure; never raises.
+    """
+    if isinstance(exc, (OSError, TimeoutError)):
+        return True
+    if isinstance(exc, asyncpg.PostgresError):
+        state = getattr(exc, "sqlstate", None) or ""
+        return state[:2] in UNREACHABLE_SQLSTATE_CLASSES or state in UNREACHABLE_SQLSTATES
+    if isinstance(exc, asyncpg.InterfaceError):
+        message = str(exc).lower()
+        return any(marker in message for marker in _GONE_MARKERS)
+    return False
