@@ -2,14 +2,17 @@
 
 schemathesis's CLI runs in a subprocess against a real gateway process on a database of
 its own (it creates, stops and deletes tasks at will), with the admin bearer token.
-Deterministic: a fixed seed, no example database, one worker, bounded examples.
+Deterministic: a fixed seed, no example database, one worker, bounded examples. The hooks
+module teaches it the ``python-regex`` string format.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -29,7 +32,9 @@ def test_admin_api_passes_schemathesis_with_all_checks(upstream) -> None:
                "--max-examples", str(MAX_EXAMPLES), "--seed", str(SEED), "--workers", "1",
                "--generation-database", "none", "--no-color", "--request-timeout", "30",
                "--report", "junit", "--report-dir", tmp]
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=540, cwd=tmp)
+        env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks",
+               "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=540, cwd=tmp, env=env)
         tail = run.stdout[-6000:] + run.stderr[-2000:]
         assert run.returncode == 0, tail
         assert " generated, " in run.stdout and "failures" not in run.stdout.splitlines()[-1], tail

@@ -42,9 +42,9 @@ TaskId = Annotated[str, StringConstraints(pattern=TASK_ID_PATTERN)]
 #: A count of calls in a loop-guard threshold (the detector's window must fit a bigint).
 GuardCount = pg_int(ge=1)
 ToolName = Annotated[SafeText, StringConstraints(min_length=1, max_length=256)]
-#: A regular expression (Python ``re`` syntax), as stored in ``loop_guard``.
+#: A regular expression in Python ``re`` syntax (JSON Schema's ``regex`` format is ECMA-262).
 Pattern = Annotated[SafeText, StringConstraints(min_length=1, max_length=1000),
-                    Field(json_schema_extra={"format": "regex"})]
+                    Field(json_schema_extra={"format": "python-regex"})]
 
 
 def _not_null(schema: dict[str, Any]) -> None:
