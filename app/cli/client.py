@@ -44,15 +44,14 @@ def admin_token(url: str, settings: Settings) -> str | None:
 
 
 def error_message(response: httpx.Response) -> str:
-    """The API's message from an error response, on one line."""
+    """The API's message from an error response (``{"error": {"message", ...}}``, see
+    :mod:`app.admin.errors`), on one line."""
     try:
-        detail = response.json().get("detail", response.text)
-    except ValueError:
-        detail = response.text
-    if isinstance(detail, list):  # validation errors: [{"loc": [...], "msg": ...}]
-        detail = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', [])[1:])}: {e.get('msg')}"
-                           for e in detail)
-    return f"HTTP {response.status_code}: {' '.join(str(detail).split())}"
+        error = response.json().get("error")
+        message = error.get("message") if isinstance(error, dict) else None
+    except (ValueError, AttributeError):
+        message = None
+    return f"HTTP {response.status_code}: {' '.join(str(message or response.text).split())}"
 
 
 class AdminClient:
