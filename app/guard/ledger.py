@@ -2,8 +2,8 @@
 
 One ``tool_calls`` row per tool call invocation per task, keyed by tool call id, with
 the tool name (ids and names longer than 256 characters or holding NUL or a lone
-surrogate are stored as ``sha256:<hex>``, :func:`app.db.bounds.ledger_text`), SHA-256 of the canonical arguments, SHA-256 of the result, the
-resolved failure flag, the conversation key and a global order (``seq``). A call id
+surrogate are stored as ``sha256:<hex>``, :func:`app.db.bounds.ledger_text`), SHA-256
+of the canonical arguments, SHA-256 of the result, the resolved failure flag, the conversation key and a global order (``seq``). A call id
 seen again (every request resends the history) never counts twice: inserts are
 ``ON CONFLICT DO NOTHING`` and results are written only once.
 
