@@ -7,15 +7,17 @@ The application reads :func:`get_settings`, never ``os.environ``.
 
 from __future__ import annotations
 
+import json
 import secrets
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import platformdirs
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.db.urls import normalize_database_url
 from app.guard.normalize import check_patterns
 
 #: Session headers agents send, in lookup order (lower-case). opencode sends
@@ -29,6 +31,22 @@ DEFAULT_SESSION_HEADERS = (
 )
 
 
+def env_list(value: str) -> list[str]:
+    """A list setting from the environment: a JSON list (``["a", "b"]``) or a comma list
+    (``a, b``); blanks dropped. Raises ``ValueError`` for a JSON value that is not a list
+    of strings."""
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError:
+            items = None
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise ValueError("expects a JSON list of strings or a comma-separated list")
+        return [i.strip() for i in items if i.strip()]
+    return [i.strip() for i in text.split(",") if i.strip()]
+
+
 class Settings(BaseSettings):
     """taskgate settings. Field ``foo_bar`` is set by ``TASKGATE_FOO_BAR``."""
 
@@ -39,7 +57,8 @@ class Settings(BaseSettings):
     # --- database -------------------------------------------------------------
     database_url: str | None = Field(
         default=None,
-        description="postgresql+asyncpg:// URL. Unset: run an embedded PostgreSQL under data_dir.",
+        description="postgresql://, postgres:// or postgresql+asyncpg:// URL. Unset: run an "
+        "embedded PostgreSQL under data_dir.",
     )
     data_dir: Path = Field(
         default_factory=lambda: Path(platformdirs.user_data_dir("taskgate")),
@@ -84,7 +103,7 @@ class Settings(BaseSettings):
     # --- listening --------------------------------------------------------------
     log_level: str = Field(default="info", description="Level of taskgate's own log lines.")
     host: str = "127.0.0.1"
-    port: int = 8080
+    port: int = Field(default=8080, ge=1, le=65535, description="Listen port (1-65535).")
     admin_token: str | None = Field(
         default=None,
         description="Bearer token for /admin. Unset: one is generated at start-up and printed once.",
@@ -184,7 +203,9 @@ class Settings(BaseSettings):
 
     # --- loop guard -------------------------------------------------------------
     loop_guard_enabled: bool = True
-    session_headers: tuple[str, ...] = DEFAULT_SESSION_HEADERS
+    session_headers: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=DEFAULT_SESSION_HEADERS,
+        description="Session header names, a comma list (x-foo,x-bar) or a JSON list.")
     identical_streak: int = 5
     cycle_repeats: int = 5
     failure_streak: int = 12
@@ -243,10 +264,21 @@ class Settings(BaseSettings):
     stop_webhook_backoff_s: float = Field(
         default=1.0, ge=0, description="Pause before the 2nd attempt; doubles for each next one.")
 
+    # --- start-up validation (app/startup.py prints these errors as one line) -------
+    @field_validator("session_headers", mode="before")
+    @classmethod
+    def _header_list(cls, v: object) -> object:
+        return env_list(v) if isinstance(v, str) else v
+
     @field_validator("session_headers")
     @classmethod
     def _lower(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(h.lower() for h in v)
+
+    @field_validator("database_url", "migration_database_url", "listen_database_url")
+    @classmethod
+    def _asyncpg_url(cls, v: str | None) -> str | None:
+        return None if v is None else normalize_database_url(v)
 
     def ensure_admin_token(self) -> bool:
         """Generate ``admin_token`` when unset. Returns ``True`` if one was generated."""

@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import os
 import shutil
@@ -23,8 +22,8 @@ import tempfile
 
 import click
 
+from app import startup
 from app.cli.config import check_config, config_group
-from app.settings import get_settings
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,13 +33,13 @@ def main() -> None:
 
 @main.command()
 @click.option("--host", default=None, help="Listen address (TASKGATE_HOST, default 127.0.0.1).")
-@click.option("--port", default=None, type=int, help="Listen port (TASKGATE_PORT, default 8080).")
+@click.option("--port", default=None, type=click.IntRange(1, 65535),
+              help="Listen port (TASKGATE_PORT, default 8080).")
 @click.option("--workers", default=1, show_default=True, help="Gateway processes sharing the database.")
 @click.option("--log-level", default="info", show_default=True)
 def serve(host: str | None, port: int | None, workers: int, log_level: str) -> None:
-    """Run the gateway."""
-    import uvicorn
-
+    """Run the gateway. Configuration problems (a bad setting, an unreachable database,
+    a port in use) exit 2 with one line naming the setting."""
     if workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # prometheus-client's multiprocess mode: must be set before it is first imported
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="taskgate-metrics-")
@@ -49,13 +48,18 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
     from app.main import embedded_pgdata, resolve_database
     from app.server import uvicorn_options
 
-    settings = get_settings()
+    with startup.exit_on_error():
+        settings = startup.load_settings()
     check_config(settings)
+    host = host or settings.host
+    port = port or settings.port
+    with startup.exit_on_error():
+        sock = startup.bind(host, port)  # before anything starts, and before "listening on"
+        # Resolve the database once here so every worker shares it (and the embedded
+        # server is owned by this parent process).
+        database_url = startup.prepare_database(settings, resolve_database)
     if (where := admin_token.ensure(settings)) is not None:
         click.echo(where, err=True)
-    # Resolve the database once here so every worker shares it (and the embedded
-    # server is owned by this parent process).
-    database_url = asyncio.run(resolve_database(settings))
     if settings.database_url is None:  # embedded: every worker supervises it
         settings.embedded_pgdata = embedded_pgdata(settings)
         os.environ["TASKGATE_EMBEDDED_PGDATA"] = str(settings.embedded_pgdata)
@@ -66,12 +70,10 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
     # uvicorn re-raises SIGTERM after its graceful shutdown; turn it into a normal exit
     # so atexit handlers run (they stop the embedded PostgreSQL this process owns).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    host = host or settings.host
-    port = port or settings.port
     click.echo(f"taskgate: listening on http://{host}:{port} (OpenAI base URL http://{host}:{port}/v1)",
                err=True)
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, workers=workers,
-                log_level=log_level, access_log=False, **uvicorn_options(settings))
+    startup.serve(sock, host=host, port=port, workers=workers, log_level=log_level,
+                  options=uvicorn_options(settings))
 
 
 @main.command()
@@ -79,9 +81,10 @@ def migrate() -> None:
     """Apply database migrations (to TASKGATE_DATABASE_URL, or the embedded database)."""
     from app.main import resolve_database
 
-    settings = get_settings()
-    settings.migrate_on_start = True
-    url = asyncio.run(resolve_database(settings))
+    with startup.exit_on_error():
+        settings = startup.load_settings()
+        settings.migrate_on_start = True
+        url = startup.prepare_database(settings, resolve_database, serving=False)
     click.echo(f"taskgate: database migrated ({url.split('@')[-1]})")
 
 
