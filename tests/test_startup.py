@@ -79,7 +79,7 @@ def test_cli_port_out_of_range_is_refused() -> None:
 @pytest.mark.parametrize("scheme", ["postgresql", "postgres"])
 def test_plain_postgresql_urls_are_accepted(database_url, upstream, scheme) -> None:
     url = scheme + "://" + database_url.split("://", 1)[1]
-    with GatewayProcess(url, upstream.base_url) as gw:
+    with GatewayProcess(url, upstream.base_url, TASKGATE_MIGRATE_ON_START="true") as gw:  # alembic too
         r = httpx.get(gw.url + "/admin/tasks", headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
         assert r.status_code == 200, r.text
 
