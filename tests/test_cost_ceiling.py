@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from decimal import Decimal
 
 import httpx
+import openai
 import pytest
 from click.testing import CliRunner
 
@@ -34,14 +36,19 @@ def _reservation(body: bytes) -> Decimal:
     return reservation_usd(PRICE, len(body) + REQUEST_OVERHEAD_TOKENS, MAX_TOKENS)
 
 
-def _settled(admin: Admin, task_id: str, timeout: float = 15) -> dict:
-    """The task once every reservation has settled (``reserved_usd`` back to 0)."""
+def _wait(admin: Admin, task_id: str, done: Callable[[dict], bool], timeout: float = 15) -> dict:
+    """The task once ``done(task)`` holds (or at the timeout, for the assertion to show)."""
     deadline = time.monotonic() + timeout
     while True:
         task = admin.task(task_id)
-        if Decimal(str(task["reserved_usd"])) == 0 or time.monotonic() > deadline:
+        if done(task) or time.monotonic() > deadline:
             return task
         time.sleep(0.05)
+
+
+def _settled(admin: Admin, task_id: str) -> dict:
+    """The task once every reservation has settled (``reserved_usd`` back to 0)."""
+    return _wait(admin, task_id, lambda t: Decimal(str(t["reserved_usd"])) == 0)
 
 
 def _post(url: str, token: str, body: bytes, path: str = "/v1/chat/completions") -> httpx.Response:
@@ -55,7 +62,7 @@ def test_concurrent_requests_over_two_gateways_never_reserve_past_the_ceiling(
     r = _reservation(body)
     fits = 37
     task_id, token = admin.create_task(request_limit=10_000, cost_limit_usd=float(r * fits + r / 2))
-    upstream.script("delay", delay_s=6.0)  # nothing settles meanwhile
+    upstream.script("delay", delay_s=6.0, input_tokens=120, output_tokens=30)  # nothing settles meanwhile
 
     async def run(urls: list[str]) -> list[int]:
         async with httpx.AsyncClient(timeout=60) as client:
@@ -68,9 +75,10 @@ def test_concurrent_requests_over_two_gateways_never_reserve_past_the_ceiling(
 
     with GatewayProcess(database_url, upstream.base_url) as second:
         statuses = asyncio.run(run([gateway.url, second.url]))
-    # exactly `fits` reservations went upstream; the first request that did not fit set the
-    # latch, and the stop then cut the admitted ones still in flight (all 403 in the end)
-    assert statuses.count(403) == 200, statuses
+    # exactly `fits` reservations went upstream and were answered; the first request that
+    # did not fit set the latch; the admitted ones in flight were not cut (they fit)
+    assert statuses.count(200) == fits, statuses
+    assert statuses.count(403) == 200 - fits
     assert len(upstream.requests) == fits
     task = admin.task(task_id)
     assert task["admitted_requests"] == fits
@@ -81,8 +89,8 @@ def test_concurrent_requests_over_two_gateways_never_reserve_past_the_ceiling(
             + Decimal(detail["request_reservation_usd"]) > Decimal(detail["cost_limit_usd"]))
     settled = _settled(admin, task_id)
     assert Decimal(str(settled["reserved_usd"])) == 0
-    # cut before upstream answered: no usage, so each settles at its full reservation
-    assert Decimal(str(settled["cost_usd"])) == pytest.approx(r * fits)
+    actual = actual_usd(PRICE, Usage(input_tokens=120, output_tokens=30))  # type: ignore[arg-type]
+    assert Decimal(str(settled["cost_usd"])) == pytest.approx(actual * fits)
     assert Decimal(str(settled["cost_usd"])) <= Decimal(detail["cost_limit_usd"])
     assert "$" in settled["stop_message"] and "spent" in settled["stop_message"]
 
@@ -100,9 +108,9 @@ def test_settlement_uses_usage_and_releases_the_reservation(gateway: GatewayProc
 def test_a_response_without_usage_settles_at_its_full_reservation(gateway: GatewayProcess,
                                                                    upstream: UpstreamServer, admin: Admin) -> None:
     task_id, token = admin.create_task(cost_limit_usd=5.0)
-    body = _body(stream=True)  # no stream_options.include_usage: upstream reports no usage
-    response = _post(gateway.url, token, body)
-    assert response.status_code == 200 and "data: [DONE]" in response.text
+    upstream.script("error", status=500)  # a failed attempt: no usage
+    body = _body()
+    assert _post(gateway.url, token, body).status_code == 500
     task = _settled(admin, task_id)
     assert Decimal(str(task["cost_usd"])) == pytest.approx(_reservation(body))
 
@@ -144,3 +152,30 @@ def test_the_cli_sets_and_shows_the_ceiling_in_dollars(gateway: GatewayProcess, 
     shown = runner.invoke(main, ["tasks", "show", "cli-cost-1"], env=env)
     assert "$0.00 of $5.00 spent, $0.00 reserved" in shown.output, shown.output
     assert admin.task("cli-cost-1")["cost_limit_usd"] == 5.0
+
+
+@pytest.mark.parametrize("client_asked", [False, True])
+def test_streamed_chat_usage_is_asked_for_limited_tasks_and_hidden_unless_the_client_asked(
+        gateway: GatewayProcess, upstream: UpstreamServer, admin: Admin, client_asked: bool) -> None:
+    task_id, token = admin.create_task(token_limit=100_000)
+    upstream.script("text", input_tokens=321, output_tokens=12)
+    extra = {"stream_options": {"include_usage": True}} if client_asked else {}
+    oa = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
+    chunks = list(oa.chat.completions.create(model=MODEL, stream=True, messages=[{"role": "user", "content": "hi"}],
+                                              **extra))
+    usage_chunks = [c for c in chunks if not c.choices and c.usage is not None]
+    assert len(usage_chunks) == (1 if client_asked else 0)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    (sent,) = upstream.requests
+    assert sent.json["stream_options"]["include_usage"] is True
+    task = _wait(admin, task_id, lambda t: t["input_tokens"] > 0)
+    assert (task["input_tokens"], task["output_tokens"]) == (321, 12)
+
+
+def test_unlimited_tasks_stream_byte_for_byte_without_usage_added(gateway: GatewayProcess, upstream: UpstreamServer,
+                                                                   admin: Admin) -> None:
+    _, token = admin.create_task()
+    response = _post(gateway.url, token, _body(stream=True))
+    assert response.status_code == 200
+    (sent,) = upstream.requests
+    assert "stream_options" not in sent.json

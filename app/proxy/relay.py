@@ -55,6 +55,7 @@ from starlette.responses import Response
 from app.errors import ANTHROPIC_ERROR_TYPES, GatewayError
 from app.proxy.open_requests import OpenRequests
 from app.proxy.redact import Redactor
+from app.proxy.usage_chunk import strip_usage_chunks
 from app.proxy.upstream import response_headers
 from app.wire.base import EventKind, ResponseSummary, StreamObserver, WireFormat
 from app.proxy.sniff import sniff_stream
@@ -128,6 +129,14 @@ class RelayResponse(Response):
     def redacting(self, redactor: Redactor) -> "RelayResponse":
         """Mask ``redactor``'s provider keys in relayed headers and bytes."""
         self.redact = redactor
+        return self
+
+    #: Drop usage-only chat chunks the gateway asked for (:mod:`app.proxy.usage_chunk`).
+    hide_usage: bool = False
+
+    def hiding_usage(self, hide: bool) -> "RelayResponse":
+        """Hide the usage-only chunk of a stream whose usage the gateway asked for."""
+        self.hide_usage = hide
         return self
 
     def track(self, registry: OpenRequests, task_id: str) -> "RelayResponse":
@@ -312,7 +321,8 @@ class RelayResponse(Response):
                 del held[:cut]
             paused_at = loop.time()
             if out:
-                await send({"type": "http.response.body", "body": self.redact(out), "more_body": True})
+                body = strip_usage_chunks(out) if self.hide_usage else out
+                await send({"type": "http.response.body", "body": self.redact(body), "more_body": True})
             resumed_at = loop.time()
             relayed_bytes += len(out)
             try:

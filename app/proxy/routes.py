@@ -52,6 +52,7 @@ from app.proxy.providers import (
     wire_kind,
 )
 from app.proxy.upstream import request_headers, upstream_url
+from app.proxy.usage_chunk import needs_usage, with_usage
 from app.wire import CHAT_COMPLETIONS, UnknownWirePath, format_for_path
 from app.wire.base import WireFormat
 
@@ -175,9 +176,14 @@ async def proxy_post(request: Request) -> Response:
         task = admitted.task
         reservation, price = admitted.reservation_usd, route.price if route else None
         verdict = admitted.verdict
+        notice = None
         if verdict is not None and verdict.action is Action.WARN:
             LOOP_WARNINGS.inc()
-            upstream_request = _with_notice(request, upstream_request, fmt, payload, verdict)
+            notice = LOOP_NOTICE.format(tool=verdict.detail.get("tool_name", "the same tool"),
+                                        count=verdict.count)
+        add_usage = needs_usage(path, payload, task)
+        if notice is not None or add_usage:
+            upstream_request, add_usage = _rewritten(request, upstream_request, fmt, payload, notice, add_usage)
     return RelayResponse(
         state.client, upstream_request, fmt,
         stream_requested=stream_requested,
@@ -187,23 +193,24 @@ async def proxy_post(request: Request) -> Response:
                              settings.loop_guard_enabled and endpoint.kind == endpoints.INFERENCE,
                              stream=stream_requested, price=price, reservation_usd=reservation),
         endpoint=path, model=model,
-    ).track(state.open_requests, task["id"]).redacting(state.redactor)  # track: a stop cuts it
+    ).track(state.open_requests, task["id"]).redacting(state.redactor).hiding_usage(add_usage)
 
 
-def _with_notice(request: Request, upstream_request: httpx.Request, fmt: WireFormat,
-                 payload: dict[str, Any], verdict: Any) -> httpx.Request:
-    """``upstream_request`` with the loop warning added to its body; unchanged (and
-    logged) if the body cannot take it: the request is admitted and must go out."""
-    notice = LOOP_NOTICE.format(tool=verdict.detail.get("tool_name", "the same tool"),
-                                count=verdict.count)
+def _rewritten(request: Request, upstream_request: httpx.Request, fmt: WireFormat, payload: dict[str, Any],
+               notice: str | None, add_usage: bool) -> tuple[httpx.Request, bool]:
+    """``upstream_request`` with the loop warning ``notice`` added to its body and/or
+    ``stream_options.include_usage`` set (:mod:`app.proxy.usage_chunk`), and whether usage
+    was added. Unchanged (and logged) if the body cannot take it: the request is admitted
+    and must go out."""
+    changed = with_usage(payload) if add_usage else payload
     try:
-        body = json.dumps(fmt.inject_notice(payload, notice)).encode()
+        body = json.dumps(fmt.inject_notice(changed, notice) if notice is not None else changed).encode()
     except (ValueError, TypeError, RecursionError):
-        logger.warning("could not add the loop warning to a request body; forwarded it unchanged")
-        return upstream_request
+        logger.warning("could not rewrite an admitted request body; forwarded it unchanged")
+        return upstream_request, False
     return request.app.state.client.build_request(
         "POST", upstream_request.url, content=body,
-        headers=[(k, v) for k, v in upstream_request.headers.raw if k.lower() != b"content-length"])
+        headers=[(k, v) for k, v in upstream_request.headers.raw if k.lower() != b"content-length"]), add_usage
 
 
 async def proxy_get(request: Request) -> Response:

@@ -18,7 +18,7 @@ gateway process hears it in one of two ways:
   interval reads which of their tasks are stopped. Nothing runs while nothing is open.
 
 Either way, the task row is read (through the main pool) and, unless the reason is
-in :data:`NOT_CUT` (``request_limit``), every open request of the task is cut with the task's stop refusal (:meth:`RelayResponse.cut`); a
+in :data:`NOT_CUT` (``request_limit``, ``cost_limit``), every open request of the task is cut with the task's stop refusal (:meth:`RelayResponse.cut`); a
 ``cut_open_requests`` event records how many, which path heard it, which process,
 and the seconds from ``stopped_at`` to the cut.
 """
@@ -45,8 +45,10 @@ logger = logging.getLogger(__name__)
 
 #: Stop reasons that do not cut open requests. ``request_limit`` latches when the
 #: request *after* the last allowed one arrives; the requests still open were admitted
-#: within the limit, and a limit of N must give N answers.
-NOT_CUT = ("request_limit",)
+#: within the limit, and a limit of N must give N answers. ``cost_limit`` likewise: the
+#: open requests hold reservations that fit under the ceiling, and cutting them would
+#: only waste what they already cost.
+NOT_CUT = ("request_limit", "cost_limit")
 _STOPPED = ("SELECT * FROM tasks WHERE id = ANY($1::text[]) AND status <> 'active'"
             " AND coalesce(stop_reason, '') <> ALL($2::text[])")
 _KEEPALIVE_S = 10.0  # how often an idle listener connection proves it is alive
