@@ -169,7 +169,7 @@ async def proxy_post(request: Request) -> Response:
             guard = GuardRequest(conv_key, view.tool_calls, view.tool_results)
     elif isinstance(payload.get("model"), str):
         model = payload["model"]
-    reservation, price = Decimal(0), None  # free endpoints cost nothing
+    reservation, price, add_usage = Decimal(0), None, False  # free endpoints cost nothing
     if endpoint.kind != endpoints.FREE:
         charge = charge_for(route, body, payload, embeddings=path == "/v1/embeddings", what=f"POST {path}")
         admitted = await admit(pool, hashed, settings, guard, charge)
