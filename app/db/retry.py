@@ -21,20 +21,10 @@ import random
 import time
 from typing import Awaitable, Callable
 
-import asyncpg
-
+from app.db.errors import database_unreachable
 from app.fault_log import faults
 
 logger = logging.getLogger(__name__)
-
-
-def connection_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` means the database could not be reached (worth retrying)."""
-    return isinstance(exc, (OSError, TimeoutError, asyncpg.PostgresConnectionError,
-                            asyncpg.CannotConnectNowError, asyncpg.AdminShutdownError,
-                            asyncpg.CrashShutdownError, asyncpg.ConnectionDoesNotExistError,
-                            asyncpg.TooManyConnectionsError)) or (
-        isinstance(exc, asyncpg.InterfaceError) and "closed" in str(exc))
 
 
 def delays(first_s: float = 0.1, max_s: float = 2.0):  # type: ignore[no-untyped-def]
@@ -72,7 +62,7 @@ class Backlog:
             try:
                 await write()
             except Exception as exc:  # noqa: BLE001
-                if not connection_lost(exc):
+                if not database_unreachable(exc):
                     logger.exception("recording %s failed", what)
                     self.dropped += 1
                     return

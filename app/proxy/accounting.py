@@ -21,8 +21,9 @@ from app.admission.cost import settle
 from app.config.schema import Price
 from app.console import hooks
 from app.db import tasks as task_rows
+from app.db.errors import database_unreachable
 from app.db.pool import relaxed
-from app.db.retry import backlog, connection_lost
+from app.db.retry import backlog
 from app.guard.ledger import record_response
 from app.proxy.relay import Outcome
 from app.settings import Settings
@@ -78,7 +79,7 @@ class Accounting:
         try:
             await write()
         except Exception as exc:
-            if not connection_lost(exc):
+            if not database_unreachable(exc):
                 raise
             backlog.submit(write, what, self.settings.accounting_retry_s, exc)
 
