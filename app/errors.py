@@ -16,6 +16,7 @@ ANTHROPIC_ERROR_TYPES = {
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
+    409: "invalid_request_error",  # a stopped task (see TASK_STOPPED_STATUS)
     413: "request_too_large",
     502: "api_error",
     503: "overloaded_error",
@@ -56,6 +57,19 @@ def task_stopped(task_id: str, reason: str, counters: str, why: str | None = Non
         "No request of this task will be forwarded until an operator resumes it.",
         {"x-should-retry": "false"},
     )
+
+
+#: Status of a ``task_stopped`` refusal per wire format. Anthropic clients read 403 as
+#: a login problem (Claude Code: "Please run /login"); 409 shows as "API Error: 409
+#: <message>" and is not retried. OpenAI clients show 403 ``task_stopped`` well.
+TASK_STOPPED_STATUS = {"anthropic_messages": 409}
+
+
+def wire_status(format_name: str, err: GatewayError) -> int:
+    """The HTTP status ``err`` is answered with in the wire format ``format_name``."""
+    if err.type == "task_stopped":
+        return TASK_STOPPED_STATUS.get(format_name, err.status)
+    return err.status
 
 
 def unauthorized(message: str) -> GatewayError:

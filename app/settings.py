@@ -229,10 +229,41 @@ class Settings(BaseSettings):
         description="Extra regexes (JSON list) masked to <masked> in tool results before hashing.",
     )
 
-    @field_validator("result_normalizers")
+    ledger_raw_result_hash: bool = Field(
+        default=False,
+        description="Also keep the SHA-256 of each raw (unnormalised) tool result in the ledger.",
+    )
+    empty_result_streak: int = Field(
+        default=12, ge=1,
+        description="repeated_empty_result: empty results of one tool in a row, whatever the arguments.",
+    )
+    empty_result_patterns: tuple[str, ...] | None = Field(
+        default=None,
+        description="Regexes (whole result, case-insensitive) marking a no-match message as an empty "
+        "result; unset uses the built-in defaults.",
+    )
+    response_repeats: int = Field(
+        default=5, ge=0,
+        description="repeated_response: identical text answers without tool calls in a row in one "
+        "conversation (answers); 0 disables.",
+    )
+    repeated_output: bool = Field(
+        default=True,
+        description="repeated_output: cut a streamed answer that keeps repeating one passage "
+        "(app/guard/repeated_output.py) and stop the task.",
+    )
+    conversation_request_limit: int | None = Field(
+        default=None, ge=0, description="Admitted requests per conversation (requests); unset: no ceiling.")
+    conversation_tool_call_limit: int | None = Field(
+        default=None, ge=0, description="Tool calls per conversation (calls); unset: no ceiling.")
+    conversation_max_duration_s: float | None = Field(
+        default=None, gt=0,
+        description="Seconds from a conversation's first counted request; unset: no ceiling.")
+
+    @field_validator("result_normalizers", "empty_result_patterns")
     @classmethod
-    def _valid_normalizers(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(check_patterns(v))
+    def _valid_patterns(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if v is None else tuple(check_patterns(v))
 
     # --- stops reaching open requests in every process (issue 12) ---------------
     stop_listen: bool = Field(

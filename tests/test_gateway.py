@@ -121,12 +121,16 @@ def test_limit_stops_task_and_sdks_do_not_retry(gateway, admin, upstream):
     assert r.status_code == 200 and r.json()["status"] == "stopped"
     with pytest.raises(openai.PermissionDeniedError):
         chat(client)
-    # anthropic shape for the same task
-    with pytest.raises(anthropic.PermissionDeniedError) as aexc:
+    # anthropic shape for the same task: 409, so Claude Code shows a stop, not a login problem
+    with pytest.raises(anthropic.ConflictError) as aexc:
         ant(gateway, token).messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    assert aexc.value.status_code == 409
     assert aexc.value.body["type"] == "error"
-    assert aexc.value.body["error"]["type"] == "permission_error"
+    assert aexc.value.body["error"]["type"] == "invalid_request_error"
+    assert "is stopped (request_limit" in aexc.value.body["error"]["message"]
+    assert aexc.value.response.headers["x-should-retry"] == "false"
     assert len(upstream.requests) == before
+    assert admin.task(task_id)["refused_requests"] == 3  # every refusal counted, the first included
     # GETs still work
     assert oai(gateway, token).models.list().data
     # resume is the only way back

@@ -17,9 +17,10 @@ TOOLS_ANTHROPIC = [{"name": "read_file", "input_schema": {"type": "object"}}]
 
 
 def chat_agent(gateway, token: str, stream: bool, result: Callable[[int], str] = lambda i: "same text",
-               session: str | None = None, system: str = "You are a coding agent."):
+               session: str | None = None, system: str = "You are a coding agent.",
+               headers: dict[str, str] | None = None):
     """One turn per call: send the conversation, execute the tool calls, append results."""
-    headers = {"x-session-id": session} if session else {}
+    headers = {**({"x-session-id": session} if session else {}), **(headers or {})}
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0, default_headers=headers)
     messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": "list the files"}]
     turn = 0
@@ -92,7 +93,7 @@ def anthropic_agent(gateway, token: str, stream: bool, result: Callable[[int], s
     return step
 
 
-STOPPED = (openai.PermissionDeniedError, anthropic.PermissionDeniedError)
+STOPPED = (openai.PermissionDeniedError, anthropic.ConflictError)
 
 
 def run_until_stopped(step: Callable[[], None], max_turns: int = 40) -> tuple[int, Exception]:

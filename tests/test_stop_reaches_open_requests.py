@@ -153,7 +153,7 @@ def test_each_wire_format_ends_with_its_own_terminal_error(gateway, admin, upstr
         assert last["type"] == "response.failed"
         assert last["response"]["error"]["code"] == "budget_exhausted"
     else:
-        assert last["type"] == "error" and last["error"]["type"] == "permission_error"
+        assert last["type"] == "error" and last["error"]["type"] == "invalid_request_error"  # as the 409 refusal
         assert "budget_exhausted" in last["error"]["message"]
     _upstream_saw_disconnect(upstream)
 

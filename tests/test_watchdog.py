@@ -614,7 +614,7 @@ def test_repeated_stalls_stop_the_task(gateway, admin, upstream):
     assert got.status == 403
     err = json.loads(got.body)["error"]
     assert err["type"] == "task_stopped" and err["code"] == "repeated_stalls"
-    with pytest.raises(anthropic.PermissionDeniedError):
+    with pytest.raises(anthropic.ConflictError):
         anthropic.Anthropic(base_url=gateway.url, api_key=token, max_retries=0).messages.create(
             model="mock-model", max_tokens=5, messages=USER)
     assert len(upstream.requests) == before

@@ -49,21 +49,19 @@ TaskIdPath = Annotated[str, Path(pattern=schemas.TASK_ID_PATTERN, description="T
 #: ``?after=`` of the event and ledger pages: a row id / sequence number (bigint).
 AfterSeq = Annotated[int, Query(ge=0, le=INT8_MAX, description="Return rows after this id.")]
 
-_INSERT = (
-    "INSERT INTO tasks (id, token_hash, request_limit, max_duration_s, token_limit, tool_call_limit,"
-    " max_stalls, stream_idle_timeout_s, stream_first_event_timeout_s, loop_guard, metadata,"
-    " cost_limit_usd, allowed_models)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING *"
-)
 _INSERT_COLUMNS = ("id", "token_hash", "request_limit", "max_duration_s", "token_limit", "tool_call_limit",
                    "max_stalls", "stream_idle_timeout_s", "stream_first_event_timeout_s", "loop_guard",
-                   "metadata", "cost_limit_usd", "allowed_models")
+                   "metadata", "cost_limit_usd", "allowed_models", "conversation_request_limit",
+                   "conversation_tool_call_limit", "conversation_max_duration_s", "upstream_timeout_s")
+_INSERT = (f"INSERT INTO tasks ({', '.join(_INSERT_COLUMNS)})"
+           f" VALUES ({', '.join(f'${i}' for i in range(1, len(_INSERT_COLUMNS) + 1))}) RETURNING *")
 _GET = "SELECT * FROM tasks WHERE id = $1"
 _LIST = ("SELECT * FROM tasks WHERE ($1::text IS NULL OR status = $1)"
          " AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3")
 _EVENTS = ("SELECT id, kind, reason, detail, created_at FROM task_events WHERE task_id = $1"
            " AND id > $2 ORDER BY id LIMIT $3")
-_CALLS = ("SELECT call_id, seq, conversation_key, tool_name, arguments_hash, result_hash, is_error,"
+_CALLS = ("SELECT call_id, seq, conversation_key, tool_name, arguments_hash, result_hash, is_error, is_empty,"
+          " raw_result_hash,"
           " created_at, completed_at FROM tool_calls WHERE task_id = $1 AND seq > $2"
           " ORDER BY seq LIMIT $3")
 _CLEAR = ("UPDATE tasks SET status = 'active', stop_reason = NULL, stop_detail = NULL,"
@@ -72,7 +70,8 @@ _CLEAR = ("UPDATE tasks SET status = 'active', stop_reason = NULL, stop_detail =
 #: Columns PATCH may change.
 _PATCHABLE = ("request_limit", "max_duration_s", "token_limit", "tool_call_limit", "max_stalls",
               "stream_idle_timeout_s", "stream_first_event_timeout_s", "loop_guard", "metadata",
-              "cost_limit_usd", "allowed_models")
+              "cost_limit_usd", "allowed_models", "conversation_request_limit", "conversation_tool_call_limit",
+              "conversation_max_duration_s", "upstream_timeout_s")
 
 
 def _column_value(column: str, value: Any) -> Any:
@@ -234,7 +233,8 @@ async def task_tool_calls(task_id: TaskIdPath, request: Request, after: AfterSeq
     by_conversation: dict[str, list[CallRecord]] = defaultdict(list)
     for r in page:
         by_conversation[r["conversation_key"]].append(
-            CallRecord(r["call_id"], r["tool_name"], r["arguments_hash"], r["result_hash"], r["is_error"]))
+            CallRecord(r["call_id"], r["tool_name"], r["arguments_hash"], r["result_hash"], r["is_error"],
+                       r["is_empty"]))
     thresholds = thresholds_for(dict(task), settings)
     conversations = []
     for key, history in by_conversation.items():

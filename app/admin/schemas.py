@@ -70,6 +70,12 @@ class LoopGuardOverrides(BaseModel):
     loop_warning: StrictBool | None = Field(None, description="Rule 6: warn the model before the stop.")
     loop_warning_after: GuardCount | None = Field(
         None, description="Rule 6: warn from this identical repeat on.")
+    empty_result_streak: pg_int(ge=2) | None = Field(
+        None, description="repeated_empty_result: empty results of one tool in a row (calls).")
+    response_repeats: pg_int(ge=0) | None = Field(
+        None, description="repeated_response: identical text answers in a row (answers); 0 disables.")
+    repeated_output: StrictBool | None = Field(
+        None, description="repeated_output: cut a streamed answer that keeps repeating one passage.")
     result_normalizer_defaults: StrictBool | None = Field(
         None, description="Apply the built-in result normalisers (default TASKGATE_RESULT_NORMALIZER_DEFAULTS).")
     result_normalizers: list[Pattern] | None = Field(
@@ -111,6 +117,15 @@ class TaskLimits(BaseModel):
         None, description="Override of TASKGATE_STREAM_IDLE_TIMEOUT_S; 0 disables.")
     stream_first_event_timeout_s: FiniteSeconds | None = Field(
         None, description="Override of TASKGATE_STREAM_FIRST_EVENT_TIMEOUT_S; 0 disables.")
+    conversation_request_limit: pg_bigint(ge=1) | None = Field(
+        None, description="Admitted requests per conversation key (requests); stops the task.")
+    conversation_tool_call_limit: pg_bigint(ge=0) | None = Field(
+        None, description="Tool calls per conversation key (calls); stops the task.")
+    conversation_max_duration_s: seconds(gt=0) | None = Field(
+        None, description="Seconds from a conversation's first counted request; stops the task.")
+    upstream_timeout_s: seconds(gt=0) | None = Field(
+        None, description="Total time a non-streamed request may take upstream (seconds; default "
+        "TASKGATE_UPSTREAM_TIMEOUT_S); a timeout counts toward max_stalls.")
     loop_guard: LoopGuardOverrides | None = None
     cost_limit_usd: finite_number(ge=0, le=1e9) | None = Field(
         None, description="Hard ceiling in US dollars: a request is admitted only if the task's settled cost, "
@@ -178,6 +193,11 @@ class Task(BaseModel):
     max_stalls: int | None
     stream_idle_timeout_s: float | None
     stream_first_event_timeout_s: float | None
+    conversation_request_limit: int | None = None
+    conversation_tool_call_limit: int | None = None
+    conversation_max_duration_s: float | None = None
+    upstream_timeout_s: float | None = None
+    refused_requests: int = Field(0, description="Requests refused because the task was stopped.")
     loop_guard: dict[str, Any]
     cost_limit_usd: float | None = Field(None, description="Dollar ceiling (US dollars), null: none.")
     cost_usd: float = Field(0, description="Settled cost of finished requests (US dollars).")
@@ -220,6 +240,8 @@ class ToolCallRow(BaseModel):
     arguments_hash: str
     result_hash: str | None
     is_error: bool | None
+    is_empty: bool | None = None
+    raw_result_hash: str | None = None
     created_at: datetime
     completed_at: datetime | None
 

@@ -13,7 +13,14 @@ Every admitted POST runs one PostgreSQL transaction that holds the task's row lo
   (:func:`limit_breach`), and a breach sets the durable stop latch in the same
   transaction. With a ``cost_limit_usd`` the request's worst-case cost is added to
   ``reserved_usd`` in the same statement that counts it, so N concurrent requests never
-  reserve past the ceiling (settled in :mod:`app.proxy.accounting`).
+  reserve past the ceiling (settled in :mod:`app.proxy.accounting`). Between the loop
+  guard and the task's limits come the conversation's ceilings
+  (:func:`app.guard.conversation_rules.conversation_breach`); a task with a conversation
+  request or duration ceiling never takes the fast path (its ``WHERE`` requires none).
+
+Every refusal of a stopped task (including the one that sets the latch) adds one to
+``refused_requests`` and is logged, one line per task at most every 10 s
+(:mod:`app.admission.refusals`).
 
 Nothing is ever refunded. A database that cannot be reached refuses the request with
 503 (fail closed); any other error propagates (a bug: 500 with a request id, see
@@ -32,11 +39,14 @@ import asyncpg
 
 from app.admission.charge import Charge, charge_refusal
 from app.admission.limits import counters_sentence, explain_stop, limit_breach
+from app.admission.refusals import count_refusal, log_refusal
 from app.console.metrics import time_admission
 from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
 from app.errors import GatewayError, task_stopped, unauthorized, unavailable
 from app.fault_log import faults
+from app.guard import conversations
+from app.guard.conversation_rules import conversation_breach
 from app.guard.detector import Action, Verdict
 from app.guard.ledger import GuardRequest, record_request
 from app.settings import Settings
@@ -55,6 +65,7 @@ FAST_ADMIT = """
        AND (max_duration_s IS NULL OR first_admitted_at IS NULL
             OR now() < first_admitted_at + max_duration_s * interval '1 second')
        AND cost_limit_usd IS NULL AND allowed_models IS NULL
+       AND conversation_request_limit IS NULL AND conversation_max_duration_s IS NULL
     RETURNING *
 """
 _COUNT = (
@@ -76,8 +87,11 @@ class Admitted:
 
 @time_admission
 async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
-                guard: GuardRequest | None = None, charge: Charge | None = None) -> Admitted:
+                guard: GuardRequest | None = None, charge: Charge | None = None,
+                conversation_key: str = "") -> Admitted:
     """Reserve one request for the task whose token hashes to ``token_hash``.
+
+    ``conversation_key`` is the request's conversation (per-conversation ceilings).
 
     Raises :class:`GatewayError`: 401 unknown token; 403 ``task_stopped`` with the
     stop reason as ``code`` (``request_limit``, ``token_limit``, ``max_duration``, a
@@ -87,11 +101,14 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
     """
     try:
         async with pool.acquire() as conn:
-            if guard is None:
+            global_ceiling = (settings.conversation_request_limit is not None
+                              or settings.conversation_max_duration_s is not None)
+            if guard is None and not global_ceiling:
                 row = await conn.fetchrow(FAST_ADMIT, token_hash)  # its own transaction
                 if row is not None:
                     return Admitted(dict(row))
-            return await _admit_locked(conn, token_hash, settings, guard, charge or Charge(None))
+            key = guard.conversation_key if guard is not None else conversation_key
+            return await _admit_locked(conn, token_hash, settings, guard, charge or Charge(None), key)
     except GatewayError:
         raise
     except Exception as exc:  # noqa: BLE001 - fail closed while the database is out of reach
@@ -102,38 +119,58 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
 
 
 async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Settings,
-                        guard: GuardRequest | None, charge: Charge) -> Admitted:
-    refusal: GatewayError | None = None
+                        guard: GuardRequest | None, charge: Charge, conversation_key: str) -> Admitted:
     async with conn.transaction():
         task = await task_rows.lock_task(conn, token_hash=token_hash)
         if task is None:
             raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
-        if task["status"] != "active":
-            raise task_stopped(task["id"], task["stop_reason"] or "stopped", counters_sentence(task),
-                               explain_stop(task["stop_reason"], task["stop_detail"]))
-        priced = charge_refusal(task, charge)
-        if priced is not None:
-            raise priced  # nothing written: not counted, no latch
+        if task["status"] == "active":
+            priced = charge_refusal(task, charge)
+            if priced is not None:
+                raise priced  # nothing written: not counted, no latch
         reservation = charge.reservation_usd() if task["cost_limit_usd"] is not None else Decimal(0)
-        verdict = None
-        if guard is not None:
-            verdict = await record_request(conn, task, guard, settings)
-            if verdict.action is Action.STOP:
-                await task_rows.set_latch(conn, task["id"], verdict.reason, dict(verdict.detail))
-                refusal = task_stopped(task["id"], verdict.reason, counters_sentence(task),
-                                       explain_stop(verdict.reason, verdict.detail))
-        if refusal is None:
-            breach = limit_breach(task, datetime.now(timezone.utc), reservation)
-            if breach is not None:
-                reason, detail = breach
-                await task_rows.set_latch(conn, task["id"], reason, detail)
-                refusal = task_stopped(task["id"], reason, counters_sentence(task),
-                                       explain_stop(reason, detail))
+        refusal, verdict = await _judge(conn, task, settings, guard, conversation_key, reservation)
         if refusal is None:
             return Admitted(dict(await conn.fetchrow(_COUNT, task["id"], reservation)), verdict, reservation)
-    # the latch is committed; only now refuse
-    logger.info("refused a request of task %s: %s", task["id"], refusal.code)
+        log_refusal(task["id"], refusal.code or "stopped", await count_refusal(conn, task["id"]))
+    # the latch and the refusal count are committed; only now refuse
     raise refusal
+
+
+async def _judge(conn: asyncpg.Connection, task: dict[str, Any], settings: Settings,
+                 guard: GuardRequest | None, conversation_key: str,
+                 reservation: Decimal) -> tuple[GatewayError | None, Verdict | None]:
+    """The refusal for this request (``None``: admit, with the conversation counted)
+    and the loop guard's verdict; latches the task on a new stop."""
+    if task["status"] != "active":
+        return task_stopped(task["id"], task["stop_reason"] or "stopped", counters_sentence(task),
+                            explain_stop(task["stop_reason"], task["stop_detail"])), None
+    verdict = None
+    if guard is not None:
+        verdict = await record_request(conn, task, guard, settings)
+        if verdict.action is Action.STOP:
+            return await _latch(conn, task, verdict.reason or "stopped", dict(verdict.detail)), verdict
+    now = datetime.now(timezone.utc)
+    limits = conversations.limits_for(task, settings)
+    if limits.active:
+        conversation = await conversations.get(conn, task["id"], conversation_key)
+        breach = conversation_breach(conversation, limits, now)
+        if breach is not None:
+            reason, detail = breach
+            return await _latch(conn, task, reason, {**detail, "conversation_key": conversation_key}), verdict
+    breach = limit_breach(task, now, reservation)
+    if breach is not None:
+        return await _latch(conn, task, *breach), verdict
+    if limits.active:
+        await conversations.count_request(conn, task["id"], conversation_key)
+    return None, verdict
+
+
+async def _latch(conn: asyncpg.Connection, task: dict[str, Any], reason: str,
+                 detail: dict[str, Any]) -> GatewayError:
+    """Set the latch for a stop; the refusal to answer with."""
+    await task_rows.set_latch(conn, task["id"], reason, detail)
+    return task_stopped(task["id"], reason, counters_sentence(task), explain_stop(reason, detail))
 
 
 async def authenticate(pool: asyncpg.Pool, token_hash: str) -> dict[str, Any]:

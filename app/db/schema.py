@@ -47,12 +47,18 @@ tasks = Table(
     Column("stream_idle_timeout_s", Float),
     Column("stream_first_event_timeout_s", Float),
     Column("loop_guard", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # loop guard v2 (migration 0002)
+    Column("conversation_request_limit", BigInteger),
+    Column("conversation_tool_call_limit", BigInteger),
+    Column("conversation_max_duration_s", Float),
+    Column("upstream_timeout_s", Float),
     # counters
     Column("admitted_requests", BigInteger, nullable=False, server_default=text("0")),
     Column("input_tokens", BigInteger, nullable=False, server_default=text("0")),
     Column("output_tokens", BigInteger, nullable=False, server_default=text("0")),
     Column("tool_calls", BigInteger, nullable=False, server_default=text("0")),
     Column("stalls", Integer, nullable=False, server_default=text("0")),
+    Column("refused_requests", BigInteger, nullable=False, server_default=text("0")),
     Column("first_admitted_at", DateTime(timezone=True)),
     Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     # dollar ceiling (US dollars; migration 0002) and allowed model globs
@@ -91,7 +97,25 @@ tool_calls = Table(
     Column("arguments_hash", Text, nullable=False),
     Column("result_hash", Text),
     Column("is_error", Boolean),
+    Column("is_empty", Boolean),
+    Column("raw_result_hash", Text),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("completed_at", DateTime(timezone=True)),
     Index("ix_tool_calls_conversation", "task_id", "conversation_key", "seq"),
+)
+
+#: Per-conversation counters of a task (loop guard v2): admitted requests (counted
+#: while a conversation request or duration ceiling is in force), tool calls, the
+#: first counted request, and the last answer's text hash with its repeat streak.
+conversations = Table(
+    "conversations",
+    metadata,
+    Column("task_id", Text, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("conversation_key", Text, primary_key=True),
+    Column("requests", BigInteger, nullable=False, server_default=text("0")),
+    Column("tool_calls", BigInteger, nullable=False, server_default=text("0")),
+    Column("first_request_at", DateTime(timezone=True)),
+    Column("response_hash", Text),
+    Column("response_streak", Integer, nullable=False, server_default=text("0")),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )

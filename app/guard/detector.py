@@ -9,7 +9,7 @@ A call's *signature* is ``(tool_name, arguments_hash, result_hash)`` (hashes fro
 ``None``) take part in rules 1-3; pending ones are skipped, neither breaking nor
 extending a streak. An error result is a result, and so is an empty one.
 
-Rules (defaults in parentheses):
+Rules (defaults in parentheses; rules 7 and 8 are new in the second generation):
 
 1. ``repeated_tool_call``: the trailing run of completed calls with one signature
    has length >= the identical threshold (5).
@@ -31,11 +31,21 @@ Rules (defaults in parentheses):
    whole task (all conversations), so the caller passes the count.
 6. Warn: with ``warn_after`` set, a trailing identical run of length >=
    ``warn_after`` and < its stop threshold gives ``WARN`` ``repeated_tool_call``.
+7. ``repeated_empty_result``: some tool's own completed calls end with >=
+   ``empty_result_streak`` (12) empty results (``is_empty``: ``""``, ``[]``, ``{}``,
+   ``null``, a no-match message; :func:`app.guard.fingerprint.is_empty_result`),
+   whatever the arguments. Only a non-empty success of that tool clears it; a
+   non-empty failure neither extends nor clears it. A per-tool override (rule 4)
+   raises the threshold for that tool, never lowers it.
+8. ``conversation_tool_call_limit``: ``conversation_tool_calls >
+   conversation_tool_call_limit`` (the caller passes the conversation's count).
 
 Precedence: any stop beats a warn; among stops the first of
 :data:`STOP_PRECEDENCE` wins (most specific diagnosis first: identical, cycle,
-failure, then the limit as the generic backstop). Rules 1 and 2 never both fire
-(a block of equal signatures is not a cycle).
+failure, empty results, then the conversation's and the task's call ceilings as
+generic backstops). Rules 1 and 2 never both fire (a block of equal signatures is
+not a cycle). Rules decided elsewhere, on responses and at admission, are listed in
+:data:`app.guard.conversation_rules.PRECEDENCE_NOTE`.
 
 Cost: O(len(history)) time and memory.
 """
@@ -47,9 +57,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.guard.conversation_rules import explain_conversation
+
 DEFAULT_IDENTICAL_STREAK = 5
 DEFAULT_CYCLE_REPEATS = 5
 DEFAULT_FAILURE_STREAK = 12
+DEFAULT_EMPTY_RESULT_STREAK = 12
 #: Block lengths checked by the cycle rule (length 1 is the identical rule).
 CYCLE_LENGTHS: tuple[int, ...] = (2, 3)
 #: :func:`window_size` headroom over the longest run a rule needs, for pending
@@ -61,11 +74,15 @@ REASON_REPEATED_TOOL_CALL = "repeated_tool_call"
 REASON_TOOL_CALL_CYCLE = "tool_call_cycle"
 REASON_REPEATED_TOOL_FAILURE = "repeated_tool_failure"
 REASON_TOOL_CALL_LIMIT = "tool_call_limit"
+REASON_REPEATED_EMPTY_RESULT = "repeated_empty_result"
+REASON_CONVERSATION_TOOL_CALL_LIMIT = "conversation_tool_call_limit"
 #: Order in which stop reasons win when several rules fire at once.
 STOP_PRECEDENCE: tuple[str, ...] = (
     REASON_REPEATED_TOOL_CALL,
     REASON_TOOL_CALL_CYCLE,
     REASON_REPEATED_TOOL_FAILURE,
+    REASON_REPEATED_EMPTY_RESULT,
+    REASON_CONVERSATION_TOOL_CALL_LIMIT,
     REASON_TOOL_CALL_LIMIT,
 )
 
@@ -78,7 +95,8 @@ class CallRecord:
 
     ``result_hash`` and ``is_error`` are ``None`` while the call is pending (no
     result seen yet). ``is_error`` is the resolved failure flag
-    (:func:`app.guard.fingerprint.is_failure`).
+    (:func:`app.guard.fingerprint.is_failure`); ``is_empty`` whether the result said
+    nothing (:func:`app.guard.fingerprint.is_empty_result`; ``None``: unknown).
     """
 
     call_id: str
@@ -86,6 +104,7 @@ class CallRecord:
     arguments_hash: str
     result_hash: str | None
     is_error: bool | None
+    is_empty: bool | None = None
 
     @property
     def completed(self) -> bool:
@@ -110,9 +129,12 @@ class Thresholds:
     per_tool: Mapping[str, int] = field(default_factory=dict)
     tool_call_limit: int | None = None
     warn_after: int | None = None
+    empty_result_streak: int = DEFAULT_EMPTY_RESULT_STREAK
+    conversation_tool_call_limit: int | None = None
 
     def __post_init__(self) -> None:
-        counts = {"identical_streak": self.identical_streak, "failure_streak": self.failure_streak}
+        counts = {"identical_streak": self.identical_streak, "failure_streak": self.failure_streak,
+                  "empty_result_streak": self.empty_result_streak}
         counts.update({f"per_tool[{name!r}]": n for name, n in self.per_tool.items()})
         if self.warn_after is not None:
             counts["warn_after"] = self.warn_after
@@ -121,8 +143,10 @@ class Thresholds:
                 raise ValueError(f"{label} must be >= 1, got {n}")
         if self.cycle_repeats < 2:
             raise ValueError(f"cycle_repeats must be >= 2, got {self.cycle_repeats}")
-        if self.tool_call_limit is not None and self.tool_call_limit < 0:
-            raise ValueError(f"tool_call_limit must be >= 0, got {self.tool_call_limit}")
+        for label in ("tool_call_limit", "conversation_tool_call_limit"):
+            limit = getattr(self, label)
+            if limit is not None and limit < 0:
+                raise ValueError(f"{label} must be >= 0, got {limit}")
 
     def identical_threshold(self, tool_name: str) -> int:
         """Stop threshold for an identical run of ``tool_name`` (rules 1 and 4)."""
@@ -132,6 +156,10 @@ class Thresholds:
         """Stop threshold, in block repeats, for a cycle over ``tool_names``."""
         overrides = [self.per_tool[n] for n in set(tool_names) if n in self.per_tool]
         return max([self.cycle_repeats, *overrides])
+
+    def empty_threshold(self, tool_name: str) -> int:
+        """Stop threshold for a streak of empty results of ``tool_name`` (rule 7)."""
+        return max(self.empty_result_streak, self.per_tool.get(tool_name, 0))
 
 
 class Action(enum.Enum):
@@ -238,19 +266,40 @@ def _failure_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict
     return Verdict(Action.STOP, REASON_REPEATED_TOOL_FAILURE, count, detail)
 
 
-def _limit_rule(task_tool_calls: int, thresholds: Thresholds) -> Verdict | None:
-    limit = thresholds.tool_call_limit
-    if limit is None or task_tool_calls <= limit:
+def _empty_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict | None:
+    streaks: dict[str, int] = {}  # tool -> trailing empty results; first key = most recent
+    latest: dict[str, CallRecord] = {}
+    cleared: set[str] = set()
+    for record in reversed(done):
+        tool = record.tool_name
+        if tool in cleared:
+            continue
+        if record.is_empty:
+            streaks[tool] = streaks.get(tool, 0) + 1
+            latest.setdefault(tool, record)
+        elif not record.is_error:
+            cleared.add(tool)
+    for tool, count in streaks.items():
+        threshold = thresholds.empty_threshold(tool)
+        if count >= threshold:
+            detail = _call_detail(latest[tool]) | {"count": count, "threshold": threshold}
+            return Verdict(Action.STOP, REASON_REPEATED_EMPTY_RESULT, count, detail)
+    return None
+
+
+def _limit_rule(reason: str, calls: int, limit: int | None) -> Verdict | None:
+    if limit is None or calls <= limit:
         return None
-    detail = {"count": task_tool_calls, "threshold": limit}
-    return Verdict(Action.STOP, REASON_TOOL_CALL_LIMIT, task_tool_calls, detail)
+    return Verdict(Action.STOP, reason, calls, {"count": calls, "threshold": limit})
 
 
-def detect(history: Sequence[CallRecord], thresholds: Thresholds, *, task_tool_calls: int = 0) -> Verdict:
+def detect(history: Sequence[CallRecord], thresholds: Thresholds, *, task_tool_calls: int = 0,
+           conversation_tool_calls: int = 0) -> Verdict:
     """The verdict for one conversation's call ``history`` (oldest first).
 
     ``task_tool_calls``: tool calls made so far by the whole task, all
-    conversations (rule 5). See the module docstring for the rules and precedence.
+    conversations (rule 5); ``conversation_tool_calls``: by this conversation
+    (rule 8). See the module docstring for the rules and precedence.
     """
     done = [r for r in history if r.completed]
     run = _trailing_identical_run(done)
@@ -258,7 +307,10 @@ def detect(history: Sequence[CallRecord], thresholds: Thresholds, *, task_tool_c
 
     if run and run >= run_threshold:
         return _identical_verdict(done, run, run_threshold, Action.STOP)
-    stop = _cycle_rule(done, thresholds) or _failure_rule(done, thresholds) or _limit_rule(task_tool_calls, thresholds)
+    stop = (_cycle_rule(done, thresholds) or _failure_rule(done, thresholds) or _empty_rule(done, thresholds)
+            or _limit_rule(REASON_CONVERSATION_TOOL_CALL_LIMIT, conversation_tool_calls,
+                           thresholds.conversation_tool_call_limit)
+            or _limit_rule(REASON_TOOL_CALL_LIMIT, task_tool_calls, thresholds.tool_call_limit))
     if stop is not None:
         return stop
     if thresholds.warn_after is not None and run >= thresholds.warn_after:
@@ -277,7 +329,7 @@ def window_size(thresholds: Thresholds) -> int:
     """
     identical = max([thresholds.identical_streak, *thresholds.per_tool.values()])
     cycle = max(CYCLE_LENGTHS) * thresholds.cycle_threshold(thresholds.per_tool)
-    need = max(identical, cycle, thresholds.failure_streak)
+    need = max(identical, cycle, thresholds.failure_streak, thresholds.empty_result_streak)
     return max(MIN_WINDOW, WINDOW_FACTOR * need)
 
 
@@ -299,4 +351,7 @@ def explain(reason: str | None, detail: Mapping[str, Any] | None) -> str | None:
                 f"(threshold {d.get('threshold')})")
     if reason == REASON_TOOL_CALL_LIMIT:
         return f"the task made {d.get('count')} tool calls, over its limit of {d.get('threshold')}"
-    return None
+    if reason == REASON_REPEATED_EMPTY_RESULT:
+        return (f"{d.get('tool_name')} came back empty {d.get('count')} times in a row, whatever "
+                f"the arguments (threshold {d.get('threshold')})")
+    return explain_conversation(reason, d)

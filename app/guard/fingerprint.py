@@ -122,6 +122,29 @@ def conversation_key(header_value: str | None, seed: str) -> str:
     return SEED_KEY_PREFIX + _sha256_hex(seed)[:CONVERSATION_KEY_HEX_CHARS]
 
 
+#: Results that are empty whatever the tool: compared after stripping whitespace.
+EMPTY_LITERALS: frozenset[str] = frozenset({"", "[]", "{}", "null", '""', "None"})
+#: Default no-match messages (``re.fullmatch`` on the stripped, normalised result,
+#: case-insensitive, one line): a search that found nothing, however it was phrased.
+DEFAULT_EMPTY_RESULT_PATTERNS: tuple[str, ...] = (
+    r"no (?:matches|match|results|files|entries|items|documents)(?: were)?(?: found)?\b.*",
+    r"(?:found )?0 (?:matches|results|files|entries|items|documents)\b.*",
+    r"process exited with code 0\s*output:",  # Codex CLI shell result with no output
+)
+
+
+def is_empty_result(output: str, patterns: Sequence[re.Pattern[str]]) -> bool:
+    """Whether a (normalised) tool result says "nothing": an empty literal
+    (:data:`EMPTY_LITERALS` after stripping whitespace) or a whole-text match of one
+    of ``patterns`` (compiled by :func:`compile_patterns`)."""
+    text = output.strip()
+    if text in EMPTY_LITERALS:
+        return True
+    if len(text) > 300 or "\n" in text and not text.lower().startswith("process exited"):
+        return False
+    return any(p.fullmatch(text) for p in patterns)
+
+
 def compile_patterns(patterns: Iterable[str]) -> tuple[re.Pattern[str], ...]:
     """Compile failure patterns, case-insensitive. Raises ``re.error`` on a bad one."""
     return tuple(re.compile(p, re.IGNORECASE) for p in patterns)
@@ -129,6 +152,8 @@ def compile_patterns(patterns: Iterable[str]) -> tuple[re.Pattern[str], ...]:
 
 #: :data:`DEFAULT_ERROR_PATTERNS`, compiled.
 DEFAULT_PATTERNS: tuple[re.Pattern[str], ...] = compile_patterns(DEFAULT_ERROR_PATTERNS)
+#: :data:`DEFAULT_EMPTY_RESULT_PATTERNS`, compiled.
+DEFAULT_EMPTY_PATTERNS: tuple[re.Pattern[str], ...] = compile_patterns(DEFAULT_EMPTY_RESULT_PATTERNS)
 
 
 def is_failure(result: ToolResult, patterns: Sequence[re.Pattern[str]]) -> bool:

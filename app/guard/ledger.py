@@ -12,7 +12,13 @@ seen again (every request resends the history) never counts twice: inserts are
   request may be forwarded.
 - :func:`record_response` runs when a response finishes: its tool calls enter the
   ledger as pending, usage is added to the task's counters, and the tool-call
-  ceiling is checked.
+  ceilings are checked; an answer without tool calls extends or breaks the
+  conversation's run of identical answers (``repeated_response``).
+
+Results are hashed after the result normaliser (:mod:`app.guard.normalize`); with
+``TASKGATE_LEDGER_RAW_RESULT_HASH`` the raw text's hash is kept beside it. Each
+result is also flagged ``is_empty`` (:func:`app.guard.fingerprint.is_empty_result`,
+on the normalised text).
 """
 
 from __future__ import annotations
@@ -30,11 +36,15 @@ from app.admission.cost import Settlement
 from app.db import tasks as task_rows
 from app.db.bounds import ledger_text
 from app.db.pool import relaxed
+from app.guard import conversations
+from app.guard.conversation_rules import repeated_response
 from app.guard.detector import Action, CallRecord, Thresholds, Verdict, detect, window_size
 from app.guard.fingerprint import (
+    DEFAULT_EMPTY_RESULT_PATTERNS,
     DEFAULT_ERROR_PATTERNS,
     arguments_hash,
     compile_patterns,
+    is_empty_result,
     is_failure,
     result_hash,
 )
@@ -54,12 +64,14 @@ _INSERT_CALLS = (
     " ON CONFLICT (task_id, call_id) DO NOTHING RETURNING call_id"
 )
 _COMPLETE_CALLS = (
-    "UPDATE tool_calls t SET result_hash = r.result_hash, is_error = r.is_error, completed_at = now()"
-    " FROM unnest($2::text[], $3::text[], $4::bool[]) AS r(call_id, result_hash, is_error)"
+    "UPDATE tool_calls t SET result_hash = r.result_hash, is_error = r.is_error, is_empty = r.is_empty,"
+    " raw_result_hash = r.raw_result_hash, completed_at = now()"
+    " FROM unnest($2::text[], $3::text[], $4::bool[], $5::bool[], $6::text[])"
+    "   AS r(call_id, result_hash, is_error, is_empty, raw_result_hash)"
     " WHERE t.task_id = $1 AND t.call_id = r.call_id AND t.result_hash IS NULL RETURNING t.call_id"
 )
 _HISTORY = (
-    "SELECT call_id, tool_name, arguments_hash, result_hash, is_error FROM tool_calls"
+    "SELECT call_id, tool_name, arguments_hash, result_hash, is_error, is_empty FROM tool_calls"
     " WHERE task_id = $1 AND conversation_key = $2 ORDER BY seq DESC LIMIT $3"
 )
 _COUNT_CALLS = (
@@ -102,6 +114,8 @@ def thresholds_for(task: Mapping[str, Any], settings: Settings) -> Thresholds:
         tool_call_limit=(task["tool_call_limit"] if task.get("tool_call_limit") is not None
                          else settings.tool_call_limit),
         warn_after=o.get("loop_warning_after", settings.loop_warning_after) if warn else None,
+        empty_result_streak=o.get("empty_result_streak", settings.empty_result_streak),
+        conversation_tool_call_limit=conversations.tool_call_limit_for(task, settings),
     )
 
 
@@ -118,6 +132,11 @@ def _patterns(patterns: tuple[str, ...] | None) -> tuple[re.Pattern[str], ...]:
     return compile_patterns(list(patterns if patterns is not None else DEFAULT_ERROR_PATTERNS))
 
 
+@lru_cache(maxsize=8)
+def _empty_patterns(patterns: tuple[str, ...] | None) -> tuple[re.Pattern[str], ...]:
+    return compile_patterns(list(patterns if patterns is not None else DEFAULT_EMPTY_RESULT_PATTERNS))
+
+
 def _describe(verdict: Verdict, thresholds: Thresholds, conversation_key: str,
               normalizer: Normalizer) -> Verdict:
     """Add the conversation key, the thresholds and the result normalisers in force
@@ -131,6 +150,8 @@ def _describe(verdict: Verdict, thresholds: Thresholds, conversation_key: str,
         "failure_streak": thresholds.failure_streak,
         "per_tool": dict(thresholds.per_tool),
         "tool_call_limit": thresholds.tool_call_limit,
+        "empty_result_streak": thresholds.empty_result_streak,
+        "conversation_tool_call_limit": thresholds.conversation_tool_call_limit,
     }
     return Verdict(verdict.action, verdict.reason, verdict.count, detail)
 
@@ -162,21 +183,30 @@ async def record_request(conn: asyncpg.Connection, task: Mapping[str, Any], guar
     running the detector when nothing new was recorded (a resent history).
     """
     task_id = task["id"]
+    key = guard.conversation_key
     thresholds = thresholds_for(task, settings)
-    new_calls = await _insert_calls(conn, task_id, guard.conversation_key, guard.tool_calls)
+    new_calls = await _insert_calls(conn, task_id, key, guard.tool_calls)
     if new_calls:
         await conn.execute(_COUNT_CALLS, task_id, new_calls)
     patterns = _patterns(settings.error_patterns)
+    empty = _empty_patterns(settings.empty_result_patterns)
     normalizer = normalizer_for(task, settings)
     results = guard.tool_results
-    completed = await conn.fetch(_COMPLETE_CALLS, task_id, [ledger_text(r.call_id) for r in results],
-                                 [result_hash(normalizer(r.output)) for r in results],
-                                 [is_failure(r, patterns) for r in results]) if results else []
+    completed = []
+    if results:
+        texts = [normalizer(r.output) for r in results]
+        raw = [result_hash(r.output) if settings.ledger_raw_result_hash else None for r in results]
+        completed = await conn.fetch(_COMPLETE_CALLS, task_id, [ledger_text(r.call_id) for r in results],
+                                     [result_hash(t) for t in texts], [is_failure(r, patterns) for r in results],
+                                     [is_empty_result(t, empty) for t in texts], raw)
     if not completed and not new_calls:
         return Verdict(Action.OK)
-    history = await _history(conn, task_id, guard.conversation_key, thresholds)
-    verdict = _describe(detect(history, thresholds, task_tool_calls=task["tool_calls"] + new_calls),
-                        thresholds, guard.conversation_key, normalizer)
+    conv_calls = await conversations.add_tool_calls(conn, task_id, key, new_calls,
+                                                    thresholds.conversation_tool_call_limit)
+    history = await _history(conn, task_id, key, thresholds)
+    verdict = _describe(detect(history, thresholds, task_tool_calls=task["tool_calls"] + new_calls,
+                               conversation_tool_calls=conv_calls),
+                        thresholds, key, normalizer)
     if verdict.action is Action.WARN:
         await task_rows.add_event(conn, task_id, "loop_warning", verdict.reason, dict(verdict.detail))
     return verdict
@@ -189,7 +219,8 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
     ``settlement`` into its dollar counters (one statement), tool calls into the ledger
     as pending; trip the latch when the tool-call ceiling is passed.
 
-    Returns the detector's verdict when tool calls were recorded, else ``None``.
+    Returns the detector's verdict when tool calls were recorded, the
+    ``repeated_response`` verdict for a text answer, else ``None``.
     Database errors propagate (the caller logs them; the response was already sent).
     """
     usage = summary.usage
@@ -200,7 +231,9 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
                 async with conn.transaction():
                     await relaxed(conn)
                     await conn.execute(_ADD_USAGE, task_id, *counters)
-            return None
+            if summary.text_sha256 is None or not settings.loop_guard_enabled:
+                return None
+            return await _record_answer(conn, task_id, conversation_key, summary.text_sha256, settings)
         async with conn.transaction():
             await relaxed(conn)  # a latch set below makes this commit durable again
             task = await task_rows.lock_task(conn, task_id=task_id)
@@ -213,9 +246,33 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
                 return Verdict(Action.OK)
             total = await conn.fetchval(_COUNT_CALLS, task_id, new_calls)
             thresholds = thresholds_for(task, settings)
+            conv_calls = await conversations.add_tool_calls(conn, task_id, conversation_key, new_calls,
+                                                            thresholds.conversation_tool_call_limit)
             history = await _history(conn, task_id, conversation_key, thresholds)
-            verdict = _describe(detect(history, thresholds, task_tool_calls=total), thresholds,
-                                conversation_key, normalizer_for(task, settings))
+            verdict = _describe(detect(history, thresholds, task_tool_calls=total,
+                                       conversation_tool_calls=conv_calls),
+                                thresholds, conversation_key, normalizer_for(task, settings))
             if verdict.action is Action.STOP and task["status"] == "active":
                 await task_rows.set_latch(conn, task_id, verdict.reason, dict(verdict.detail))
             return verdict
+
+
+async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_key: str,
+                         text_sha256: str, settings: Settings) -> Verdict | None:
+    """Extend the conversation's run of identical text answers; latch the task with
+    ``repeated_response`` when the run reaches the threshold in force."""
+    async with conn.transaction():
+        await relaxed(conn)  # a latch set below makes this commit durable again
+        task = await task_rows.lock_task(conn, task_id=task_id)
+        if task is None:
+            return None
+        repeats = (task.get("loop_guard") or {}).get("response_repeats", settings.response_repeats)
+        streak = await conversations.record_answer(conn, task_id, conversation_key, text_sha256)
+        stop = repeated_response(streak, repeats)
+        if stop is None:
+            return None
+        reason, detail = stop
+        detail = {**detail, "conversation_key": conversation_key, "text_sha256": text_sha256}
+        if task["status"] == "active":
+            await task_rows.set_latch(conn, task_id, reason, detail)
+        return Verdict(Action.STOP, reason, streak, detail)

@@ -2,8 +2,10 @@
 
 Runs once the client has its last byte. Stalls and truncations become task events
 (``stream_stalled``, ``stream_truncated``, ``upstream_unreachable``,
-``upstream_timeout``) and count toward the optional per-task stall ceiling, which
-latches the task with ``repeated_stalls``. The request's dollars settle
+``upstream_timeout``); stalls and upstream timeouts (a non-streamed request that
+ran past its ``upstream_timeout_s``) count toward the optional per-task stall
+ceiling, which latches the task with ``repeated_stalls``. An answer the relay found
+repeating itself (``repeated_output``) latches the task. The request's dollars settle
 (:func:`app.admission.cost.settle`) in the same statement as its usage. Nothing is
 refunded.
 """
@@ -49,6 +51,7 @@ class Accounting:
     conversation_key: str
     guard_enabled: bool
     stream: bool = False
+    count_answer: bool = False  # the request continued a conversation (repeated_response)
     started: float = field(default_factory=time.monotonic)
     price: Price | None = None
     reservation_usd: Decimal = Decimal(0)
@@ -61,14 +64,23 @@ class Accounting:
         summary = outcome.summary
         if not self.guard_enabled:
             summary.tool_calls = []
+        if not (self.guard_enabled and self.count_answer):
+            summary.text_sha256 = None
         settlement = settle(self.price, summary.usage, self.reservation_usd)
-        if summary.tool_calls or summary.usage is not None or settlement is not None:
+        if summary.tool_calls or summary.usage is not None or settlement is not None \
+                or summary.text_sha256 is not None:
             usage = summary.usage
             await self._retried(lambda: record_response(
                 self.pool, self.task_id, self.conversation_key, summary, self.settings, settlement),
                 f"the usage ({usage.input_tokens if usage else 0} input, "
                 f"{usage.output_tokens if usage else 0} output tokens), cost and "
                 f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")
+        repeated = outcome.detail.get("repeated_output")
+        if repeated is not None and self.guard_enabled:
+            detail = {**repeated, "conversation_key": self.conversation_key,
+                      "endpoint": outcome.detail.get("endpoint")}
+            await self._retried(lambda: self._latch("repeated_output", detail),
+                                f"the repeated_output stop of task {self.task_id}")
         kind = _EVENT_KINDS.get(outcome.kind)
         if kind is not None:
             await self._retried(lambda: self._record_event(kind, outcome),
@@ -83,13 +95,17 @@ class Accounting:
                 raise
             backlog.submit(write, what, self.settings.accounting_retry_s, exc)
 
+    async def _latch(self, reason: str, detail: dict) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await task_rows.set_latch(conn, self.task_id, reason, detail)
+
     async def _record_event(self, kind: str, outcome: Outcome) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             await relaxed(conn)  # a latch set below makes this commit durable again
             await task_rows.lock_task(conn, task_id=self.task_id)
             await task_rows.add_event(conn, self.task_id, kind, outcome.detail.get("code"),
                                       outcome.detail)
-            if outcome.kind != "stalled":
+            if outcome.kind not in ("stalled", "upstream_timeout"):
                 return
             stalls, max_stalls = await conn.fetchrow(_COUNT_STALL, self.task_id)
             if max_stalls and stalls >= max_stalls:

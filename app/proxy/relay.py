@@ -52,7 +52,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import httpx
 from starlette.responses import Response
 
-from app.errors import ANTHROPIC_ERROR_TYPES, GatewayError
+from app.errors import ANTHROPIC_ERROR_TYPES, GatewayError, wire_status
+from app.guard.repeated_output import OutputMonitor
 from app.proxy.open_requests import OpenRequests
 from app.proxy.redact import Redactor
 from app.proxy.usage_chunk import strip_usage_chunks
@@ -104,7 +105,7 @@ class RelayResponse(Response):
     def __init__(self, client: httpx.AsyncClient, request: httpx.Request, fmt: WireFormat,
                  *, stream_requested: bool, watchdog: Watchdog, total_timeout_s: float,
                  on_finish: Callable[[Outcome], Awaitable[None]], endpoint: str,
-                 model: str | None) -> None:
+                 model: str | None, monitor: OutputMonitor | None = None) -> None:
         self.client = client
         self.request = request
         self.fmt = fmt
@@ -116,6 +117,7 @@ class RelayResponse(Response):
         self._response_started = False
         self._observer: StreamObserver | None = None
         self._body_chunks: AsyncIterator[bytes] | None = None  # a body whose start was sniffed
+        self.monitor = monitor  # the answer's text: repeated output, text hash
         self.background = None
         self._task: asyncio.Future | None = None  # the relay, while it runs
         self._stop: GatewayError | None = None  # set by cut()
@@ -257,9 +259,12 @@ class RelayResponse(Response):
         await send({"type": "http.response.body", "body": self.redact(body), "more_body": False})
         if upstream.status_code == 200 and body[:1] == b"{":
             try:
-                self.outcome.summary = self.fmt.parse_response(json.loads(body))
+                parsed = json.loads(body)
+                self.outcome.summary = self.fmt.parse_response(parsed)
             except ValueError:
                 pass
+            else:
+                self._watch_text(self.fmt.response_text(parsed))
         self.outcome.summary.terminal_seen = True
 
     async def _relay_stream(self, send: Callable, upstream: httpx.Response, started: float,
@@ -344,6 +349,11 @@ class RelayResponse(Response):
             terminal = False
             for event, data in events:
                 kind = observer.feed(event, data)
+                if kind is EventKind.CONTENT and self._watch_text(self.fmt.text_delta(event, data)):
+                    end = ("repeated_output", "repeated_output",
+                           "The model kept repeating the same passage in this answer; taskgate cut the "
+                           "stream and stopped the task (repeated_output).")
+                    break
                 if kind is EventKind.TERMINAL:
                     terminal = True
                 if kind is EventKind.CONTENT:
@@ -358,6 +368,8 @@ class RelayResponse(Response):
                     continue
                 if first_content_at is not None:
                     deadline = resumed_at + wd.idle_timeout_s if wd.idle_timeout_s else None
+            if end is not None:
+                break
             if terminal:  # more may follow (Responses: error, then response.failed; [DONE])
                 ended_at = resumed_at
                 deadline = resumed_at + wd.close_grace_s
@@ -365,6 +377,7 @@ class RelayResponse(Response):
                 deadline += resumed_at - paused_at  # a slow client is not a silent upstream
         self._ended = True
         summary = observer.summary()
+        summary.text_sha256 = self.monitor.text_sha256() if self.monitor is not None else None
         self.outcome.summary = summary
         now = loop.time()
         self.outcome.detail.update({
@@ -380,11 +393,11 @@ class RelayResponse(Response):
             await upstream.aclose()
             self.outcome.kind = kind
             self.outcome.detail["code"] = code
-            etype = "upstream_stalled" if kind == "stalled" else "upstream_error"
+            etype = {"stalled": "upstream_stalled", "repeated_output": "task_stopped"}.get(kind, "upstream_error")
             if self._stop is not None and kind == "stopped":
                 etype = self._stop.type
             if self.fmt.name == "anthropic_messages":
-                etype = ANTHROPIC_ERROR_TYPES.get(self._stop.status, "api_error") if kind == "stopped" else "api_error"
+                etype = ANTHROPIC_ERROR_TYPES.get(wire_status(self.fmt.name, self._stop), "api_error") if kind == "stopped" else "api_error"
             error = self.fmt.stream_error(message, etype, code, observer=observer)
             await send({"type": "http.response.body", "body": error, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -393,6 +406,18 @@ class RelayResponse(Response):
         self._response_started = True
         await send({"type": "http.response.start", "status": upstream.status_code,
                     "headers": self.redact.headers(response_headers(upstream.headers))})
+
+    def _watch_text(self, text: str) -> bool:
+        """Feed answer text to the monitor; ``True`` (and the evidence in the outcome's
+        ``repeated_output`` detail) when the answer is repeating itself."""
+        monitor = self.monitor
+        if monitor is None or not text:
+            return False
+        detected = monitor.feed(text)
+        self.outcome.summary.text_sha256 = monitor.text_sha256()
+        if detected:
+            self.outcome.detail["repeated_output"] = monitor.detail
+        return detected
 
     def _fail(self, kind: str, status: int, code: str, message: str) -> GatewayError:
         self.outcome.kind = kind
@@ -405,13 +430,13 @@ class RelayResponse(Response):
         err = self._stop
         assert err is not None
         self.outcome.kind = "stopped"
-        self.outcome.status = err.status
+        self.outcome.status = wire_status(self.fmt.name, err)
         self.outcome.detail["code"] = err.code
         await self._send_error(send, err)
 
     async def _send_error(self, send: Callable, err: GatewayError) -> None:
         body, headers = render_error(self.fmt, err)
-        await send({"type": "http.response.start", "status": err.status, "headers": headers})
+        await send({"type": "http.response.start", "status": wire_status(self.fmt.name, err), "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
@@ -419,7 +444,7 @@ def render_error(fmt: WireFormat, err: GatewayError) -> tuple[bytes, list[tuple[
     """JSON body and raw headers for a gateway error in ``fmt``'s shape."""
     etype = err.type
     if fmt.name == "anthropic_messages":
-        etype = ANTHROPIC_ERROR_TYPES.get(err.status, "api_error")
+        etype = ANTHROPIC_ERROR_TYPES.get(wire_status(fmt.name, err), "api_error")
     body = json.dumps(fmt.error_body(err.message, etype, err.code)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.encode(), v.encode()) for k, v in err.headers.items()]

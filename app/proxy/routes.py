@@ -11,8 +11,12 @@ Order of checks, each answering in the endpoint's error shape; everything up to
 admission depends on the client alone, so a refused request is never counted:
 404 not an allowed endpoint → 401 missing token → 400 invalid header → 401 unknown
 token (one indexed lookup, before the body is read) → 413/408 body too large or too
-slow → 400 malformed JSON → admission (403 stopped, 503 database unavailable) →
-upstream.
+slow → 400 malformed JSON → admission (403 stopped — 409 on ``/v1/messages``, see
+:func:`app.errors.wire_status` — 503 database unavailable) → upstream.
+
+The conversation key comes from ``x-taskgate-conversation`` when the caller sets it
+(it wins over everything), else from the agent's own session header, else from the
+first instructions and user message (:func:`app.guard.fingerprint.conversation_key`).
 """
 
 from __future__ import annotations
@@ -33,10 +37,11 @@ from app.admission.charge import charge_for
 from app.admission.tokens import token_hash
 from app.config.schema import Provider, ProviderKind
 from app.console.metrics import LOOP_WARNINGS
-from app.errors import GatewayError
+from app.errors import GatewayError, wire_status
 from app.guard.detector import Action
 from app.guard.fingerprint import conversation_key
 from app.guard.ledger import GuardRequest
+from app.guard.repeated_output import OutputMonitor
 from app.proxy import endpoints
 from app.proxy.accounting import Accounting
 from app.proxy.auth import require_known_token
@@ -57,6 +62,10 @@ from app.wire import CHAT_COMPLETIONS, UnknownWirePath, format_for_path
 from app.wire.base import WireFormat
 
 logger = logging.getLogger(__name__)
+
+#: Set by an operator or an orchestrator to name the conversation (one sub-agent, one
+#: pass); wins over every agent session header and over the first-messages seed.
+CONVERSATION_HEADER = "x-taskgate-conversation"
 
 #: Added to the forwarded request when the loop guard warns (rule 6).
 LOOP_NOTICE = (
@@ -81,7 +90,7 @@ def _headers(request: Request) -> dict[str, str]:
 
 
 def _session_header(headers: dict[str, str], names: tuple[str, ...]) -> str | None:
-    for name in names:
+    for name in (CONVERSATION_HEADER, *names):
         value = headers.get(name)
         if value:
             return value
@@ -155,7 +164,7 @@ async def proxy_post(request: Request) -> Response:
             payload["model"] = route.upstream_model
     stream_requested = payload.get("stream") is True
     upstream_request = _upstream_request(request, "POST", body, provider)
-    conv_key, model, guard = "", None, None
+    conv_key, model, guard, continued = "", None, None, False
     if endpoint.kind == endpoints.INFERENCE:
         try:
             view = fmt.parse_request(payload)
@@ -165,6 +174,7 @@ async def proxy_post(request: Request) -> Response:
             raise GatewayError(400, "invalid_request_error", "invalid_json",
                                "Request body is nested too deeply. Nothing was forwarded or counted.") from None
         model = view.model
+        continued = view.continued
         if settings.loop_guard_enabled and view.tool_results:
             guard = GuardRequest(conv_key, view.tool_calls, view.tool_results)
     elif isinstance(payload.get("model"), str):
@@ -172,7 +182,7 @@ async def proxy_post(request: Request) -> Response:
     reservation, price, add_usage = Decimal(0), None, False  # free endpoints cost nothing
     if endpoint.kind != endpoints.FREE:
         charge = charge_for(route, body, payload, embeddings=path == "/v1/embeddings", what=f"POST {path}")
-        admitted = await admit(pool, hashed, settings, guard, charge)
+        admitted = await admit(pool, hashed, settings, guard, charge, conv_key)
         task = admitted.task
         reservation, price = admitted.reservation_usd, route.price if route else None
         verdict = admitted.verdict
@@ -184,16 +194,23 @@ async def proxy_post(request: Request) -> Response:
         add_usage = needs_usage(path, payload, task)
         if notice is not None or add_usage:
             upstream_request, add_usage = _rewritten(request, upstream_request, fmt, payload, notice, add_usage)
+    guarded = settings.loop_guard_enabled and endpoint.kind == endpoints.INFERENCE
     return RelayResponse(
         state.client, upstream_request, fmt,
         stream_requested=stream_requested,
         watchdog=_watchdog(task, settings),
-        total_timeout_s=settings.upstream_timeout_s,
-        on_finish=Accounting(pool, settings, task["id"], conv_key,
-                             settings.loop_guard_enabled and endpoint.kind == endpoints.INFERENCE,
-                             stream=stream_requested, price=price, reservation_usd=reservation),
+        total_timeout_s=task.get("upstream_timeout_s") or settings.upstream_timeout_s,
+        on_finish=Accounting(pool, settings, task["id"], conv_key, guarded, stream=stream_requested,
+                             price=price, reservation_usd=reservation, count_answer=continued),
         endpoint=path, model=model,
+        monitor=OutputMonitor(_repeated_output(task, settings)) if guarded else None,
     ).track(state.open_requests, task["id"]).redacting(state.redactor).hiding_usage(add_usage)
+
+
+def _repeated_output(task: dict[str, Any], settings: Any) -> bool:
+    """Whether the repeated-output check runs: the task's ``loop_guard.repeated_output``,
+    else ``TASKGATE_REPEATED_OUTPUT``."""
+    return bool((task.get("loop_guard") or {}).get("repeated_output", settings.repeated_output))
 
 
 def _rewritten(request: Request, upstream_request: httpx.Request, fmt: WireFormat, payload: dict[str, Any],
@@ -296,7 +313,7 @@ def _watchdog(task: dict[str, Any], settings: Any) -> Watchdog:
 
 def _render(fmt: WireFormat, err: GatewayError) -> Response:
     body, headers = render_error(fmt, err)
-    response = Response(content=body, status_code=err.status)
+    response = Response(content=body, status_code=wire_status(fmt.name, err))
     response.raw_headers = headers
     return response
 

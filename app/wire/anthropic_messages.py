@@ -261,6 +261,7 @@ class AnthropicMessagesFormat:
             content = message.get("content")
             if message.get("role") == "assistant":
                 view.tool_calls = [_tool_call(b) for b in _blocks(content) if _is_tool_use(b)]
+                view.continued = True
                 break
             for block in reversed(_blocks(content)):
                 if isinstance(block, dict) and block.get("type") == "tool_result":
@@ -286,6 +287,21 @@ class AnthropicMessagesFormat:
         ]
         summary.usage = _usage(body.get("usage"))
         return summary
+
+    def text_delta(self, event: str, data: str) -> str:
+        """``delta.text`` of a ``content_block_delta`` whose delta is a ``text_delta``."""
+        if '"text_delta"' not in data:
+            return ""
+        obj = loads(data)
+        delta = obj.get("delta") if isinstance(obj, dict) else None
+        if not isinstance(delta, dict) or delta.get("type") != "text_delta":
+            return ""
+        return as_str(delta.get("text"))
+
+    def response_text(self, body: dict[str, Any]) -> str:
+        """The ``text`` blocks of ``content[]``, joined."""
+        blocks = _blocks(body.get("content")) if isinstance(body, dict) else []
+        return "".join(as_str(b.get("text")) for b in blocks if isinstance(b, dict) and b.get("type") == "text")
 
     def stream_observer(self) -> AnthropicMessagesObserver:
         return AnthropicMessagesObserver()

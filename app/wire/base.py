@@ -100,6 +100,10 @@ class RequestView:
     conversation_seed: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     tool_results: list[ToolResult] = field(default_factory=list)
+    #: The history already has an assistant turn (or a ``previous_response_id``): a
+    #: conversation in progress. Only answers to such requests count toward
+    #: ``repeated_response`` (the same one-shot prompt sent many times is not a loop).
+    continued: bool = False
 
 
 @dataclass(slots=True)
@@ -119,6 +123,9 @@ class ResponseSummary:
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage | None = None
     terminal_seen: bool = False
+    #: SHA-256 hex of the answer's visible text (``None``: no text); set by the relay
+    #: for streams (app.guard.repeated_output) and bodies, for ``repeated_response``.
+    text_sha256: str | None = None
 
 
 class EventKind(enum.Enum):
@@ -181,6 +188,15 @@ class WireFormat(Protocol):
         (stall, truncation), in this format's own event sequence. ``observer`` is the
         stream's observer, so the event can continue its sequence (Responses: same
         response id and the next ``sequence_number``)."""
+        ...
+
+    def text_delta(self, event: str, data: str) -> str:
+        """The visible answer text one CONTENT event adds (``""`` for tool-call and
+        reasoning deltas). Never raises."""
+        ...
+
+    def response_text(self, body: dict[str, Any]) -> str:
+        """The visible answer text of a non-streamed response body. Never raises."""
         ...
 
     def inject_notice(self, body: dict[str, Any], notice: str) -> dict[str, Any]:

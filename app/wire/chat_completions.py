@@ -19,6 +19,7 @@ Shapes follow the OpenAI API reference, "Chat Completions":
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -237,6 +238,7 @@ class ChatCompletionsFormat:
             role = message.get("role")
             if role == "assistant":
                 view.tool_calls = _tool_calls(message.get("tool_calls"))
+                view.continued = True
                 break
             if role == "tool":
                 results.append(
@@ -274,8 +276,44 @@ class ChatCompletionsFormat:
         self, message: str, type: str, code: str, *, observer: object | None = None
     ) -> bytes:
         """``data: {"error": {...}}`` then ``data: [DONE]``: the openai SDKs raise
-        ``APIError`` on a chunk with an ``error`` key. ``observer`` is unused."""
-        return sse_event(None, openai_error_body(message, type, code)) + _DONE_BYTES
+        ``APIError`` (``.code``, ``.type`` set) on a chunk with an ``error`` key.
+
+        ``error.message`` is itself the JSON text ``{"type": "error", "error":
+        {"message", "code"}}``: clients on the AI SDK (opencode) hand the error object
+        on as is, and opencode prints it readably only in that shape (otherwise it
+        prints the raw object); the openai SDKs show the same text, which still reads.
+        ``observer`` is unused."""
+        readable = json.dumps({"type": "error", "error": {"message": message, "code": code}},
+                              ensure_ascii=False, separators=(",", ":"))
+        return sse_event(None, openai_error_body(readable, type, code)) + _DONE_BYTES
+
+    def text_delta(self, event: str, data: str) -> str:
+        """``choices[].delta.content`` (legacy: ``choices[].text``) of one chunk."""
+        if '"content"' not in data and '"text"' not in data:
+            return ""
+        chunk = loads(data)
+        choices = chunk.get("choices") if isinstance(chunk, dict) else None
+        if not isinstance(choices, list):
+            return ""
+        out = []
+        for choice in choices:
+            if isinstance(choice, dict):
+                delta = choice.get("delta")
+                text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+                if isinstance(text, str):
+                    out.append(text)
+        return "".join(out)
+
+    def response_text(self, body: dict[str, Any]) -> str:
+        """``choices[].message.content`` (legacy: ``choices[].text``), joined."""
+        choices = body.get("choices") if isinstance(body, dict) else None
+        out = []
+        for choice in choices if isinstance(choices, list) else []:
+            if isinstance(choice, dict):
+                message = choice.get("message")
+                text = message.get("content") if isinstance(message, dict) else choice.get("text")
+                out.append(flatten_output(text) if text is not None else "")
+        return "".join(out)
 
     def inject_notice(self, body: dict[str, Any], notice: str) -> dict[str, Any]:
         """Copy of ``body`` with ``{"role": "system", "content": notice}`` appended to

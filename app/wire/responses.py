@@ -320,6 +320,7 @@ class ResponsesFormat:
             elif kind != _OTHER:
                 break
             i -= 1
+        view.continued = i >= 0 or bool(body.get("previous_response_id"))
         calls: list[ToolCall] = []
         while i >= 0:
             item = items[i]
@@ -349,6 +350,25 @@ class ResponsesFormat:
             ]
         summary.usage = _usage(body.get("usage"))
         return summary
+
+    def text_delta(self, event: str, data: str) -> str:
+        """``delta`` of a ``response.output_text.delta`` event."""
+        if event and event != "response.output_text.delta":
+            return ""
+        obj = loads(data)
+        if not isinstance(obj, dict) or obj.get("type", event) != "response.output_text.delta":
+            return ""
+        return as_str(obj.get("delta"))
+
+    def response_text(self, body: dict[str, Any]) -> str:
+        """The ``output_text`` parts of the ``message`` items of ``output[]``."""
+        output = body.get("output") if isinstance(body, dict) else None
+        out = []
+        for item in output if isinstance(output, list) else []:
+            if isinstance(item, dict) and item.get("type") == "message" and isinstance(item.get("content"), list):
+                out += [as_str(p.get("text")) for p in item["content"]
+                        if isinstance(p, dict) and p.get("type") == "output_text"]
+        return "".join(out)
 
     def stream_observer(self) -> ResponsesObserver:
         return ResponsesObserver()

@@ -112,6 +112,14 @@ Tool call ids are fresh for every response (``call_<random>``, Anthropic
     line is not valid JSON, then continue and end normally. Non-streamed: a 200 whose
     body is not JSON.
 
+``search``
+    Call ``name`` (default ``"grep"``) with different arguments each time: the n-th
+    request under this script gets ``{"pattern": "<pattern>-<n>"}`` (``pattern``
+    default ``"needle"``). For empty-result streaks whatever the arguments.
+``chant``
+    Answer ``phrase`` repeated ``repeats`` times (default 40) in ``chunks`` deltas
+    (default 40): a model repeating itself inside one answer.
+
 Every request is recorded (:class:`RecordedRequest`). A response that pauses (delays,
 stalls, heartbeats, trickle) watches for the client going away (ASGI
 ``http.disconnect``) and records ``disconnected`` / ``disconnected_at``

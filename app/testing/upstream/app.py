@@ -42,7 +42,7 @@ from .wire import (
     render_stream,
 )
 
-PLAIN = frozenset({"text", "tool_call", "tool_cycle", "delay"})
+PLAIN = frozenset({"text", "tool_call", "tool_cycle", "delay", "search", "chant"})
 """Scenarios whose streams are sent as they are (paced only by ``chunk_delay_s``)."""
 
 
@@ -195,12 +195,17 @@ class UpstreamApp:
     def _reply(self, script: Script, rec: RecordedRequest) -> Reply:
         p = script.params
         text = str(p["text"] or "")
-        if script.scenario == "tool_cycle":
+        if script.scenario == "chant":
+            text = str(p["phrase"]) * int(p["repeats"])
+        if script.scenario in ("tool_cycle", "search"):
             with self._lock:
                 n = self._cycle_count
                 self._cycle_count += 1
+        if script.scenario == "tool_cycle":
             call = p["calls"][n % len(p["calls"])]
             calls: tuple[Call, ...] = (Call(call["name"], arguments_text(call.get("arguments", {}))),)
+        elif script.scenario == "search":
+            calls = (Call(p["name"], arguments_text({"pattern": f"{p['pattern']}-{n}"})),)
         elif p["name"]:
             calls = (Call(p["name"], arguments_text(p["arguments"])),) * int(p["parallel"])
         else:

@@ -40,6 +40,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "truncate": {"after_events": 2},
     "close_mid_event": {"after_events": 1},
     "malformed": {"after_events": 1},
+    "search": {"text": "", "name": "grep", "pattern": "needle"},
+    "chant": {"phrase": "Let me check the configuration file once more. ", "repeats": 40, "chunks": 40},
 }
 """Scenario name -> its own params and defaults (on top of the reply params)."""
 

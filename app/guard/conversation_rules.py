@@ -1,0 +1,114 @@
+"""Rules judged per conversation rather than on the tool-call history: the
+per-conversation ceilings and the repeated answer. Pure: no I/O, no clock (``now`` is
+passed in), no database. The I/O around them is :mod:`app.guard.conversations`.
+
+A *conversation* is one conversation key within a task (one agent, one sub-agent,
+one pass; see :func:`app.guard.fingerprint.conversation_key`). Its counters live in
+the ``conversations`` table: admitted ``requests`` (counted while a conversation
+request or duration ceiling is in force), ``tool_calls`` (always counted),
+``first_request_at``, and the last answer's text hash with its ``response_streak``.
+
+Rules (off unless set, except ``repeated_response``):
+
+- ``conversation_request_limit``: the conversation already had ``requests >=
+  conversation_request_limit`` admitted requests; checked at admission.
+- ``conversation_max_duration``: ``now >= first_request_at +
+  conversation_max_duration_s``; checked at admission.
+- ``conversation_tool_call_limit``: checked with the tool-call history by
+  :func:`app.guard.detector.detect` (rule 8).
+- ``repeated_response`` (5): the same assistant text without tool calls ``N`` times
+  in a row in one conversation (OpenHands' "monologue"); judged when a response
+  ends. A response with tool calls breaks the row; so does a different text.
+  Responses without text leave the row as it is, and so do answers to requests
+  without an earlier assistant turn (:attr:`RequestView.continued`): the same
+  one-shot prompt sent many times is not a conversation going round.
+
+The latch is still per task: any of these stops the whole task; ``stop_detail``
+names the conversation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+DEFAULT_RESPONSE_REPEATS = 5
+
+REASON_CONVERSATION_REQUEST_LIMIT = "conversation_request_limit"
+REASON_CONVERSATION_MAX_DURATION = "conversation_max_duration"
+REASON_REPEATED_RESPONSE = "repeated_response"
+REASON_REPEATED_OUTPUT = "repeated_output"
+
+#: Where each stop reason is decided, in the order a request meets them.
+PRECEDENCE_NOTE = """\
+admission, with the task row locked: 1. an already latched task is refused (its first
+reason stands); 2. the tool-call history rules on the results this request carries
+(app.guard.detector.STOP_PRECEDENCE); 3. conversation_request_limit, then
+conversation_max_duration; 4. the task's request_limit, token_limit, max_duration.
+While a response streams: repeated_output cuts the stream and latches the task.
+When a response ends: the history rules on its new tool calls (ceilings), then
+repeated_response. The first reason to latch a task is the one it keeps."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationLimits:
+    """Per-conversation ceilings; ``None`` is no ceiling. Units: requests, seconds."""
+
+    request_limit: int | None = None
+    max_duration_s: float | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether admission must count this task's requests per conversation."""
+        return self.request_limit is not None or self.max_duration_s is not None
+
+
+def conversation_breach(conversation: Mapping[str, Any] | None, limits: ConversationLimits,
+                        now: datetime) -> tuple[str, dict[str, Any]] | None:
+    """Which ceiling admitting one more request of this conversation would break.
+
+    ``conversation``: its ``conversations`` row (``requests``, ``first_request_at``),
+    ``None`` before its first counted request. Returns ``(stop_reason, stop_detail)``
+    or ``None``; the caller adds the conversation key.
+    """
+    if conversation is None:
+        return None
+    requests = conversation["requests"]
+    if limits.request_limit is not None and requests >= limits.request_limit:
+        return REASON_CONVERSATION_REQUEST_LIMIT, {"requests": requests, "threshold": limits.request_limit}
+    first = conversation["first_request_at"]
+    if limits.max_duration_s is not None and first is not None:
+        if now >= first + timedelta(seconds=limits.max_duration_s):
+            return REASON_CONVERSATION_MAX_DURATION, {
+                "elapsed_s": round((now - first).total_seconds(), 3), "threshold": limits.max_duration_s}
+    return None
+
+
+def repeated_response(streak: int, repeats: int | None) -> tuple[str, dict[str, Any]] | None:
+    """``repeated_response`` when ``streak >= repeats`` (``None`` or 0: rule off)."""
+    if not repeats or streak < repeats:
+        return None
+    return REASON_REPEATED_RESPONSE, {"count": streak, "threshold": repeats}
+
+
+def explain_conversation(reason: str | None, d: Mapping[str, Any]) -> str | None:
+    """One sentence for the reasons of this module and of the stream monitor."""
+    conv = f" (conversation {d['conversation_key']})" if d.get("conversation_key") else ""
+    if reason == REASON_CONVERSATION_REQUEST_LIMIT:
+        return f"one conversation{conv} used all {d.get('threshold')} requests of its conversation_request_limit"
+    if reason == REASON_CONVERSATION_MAX_DURATION:
+        return (f"one conversation{conv} ran {d.get('elapsed_s')} s, at or over its "
+                f"conversation_max_duration_s of {d.get('threshold')}")
+    if reason == "conversation_tool_call_limit":
+        return (f"one conversation{conv} made {d.get('count')} tool calls, over its "
+                f"conversation_tool_call_limit of {d.get('threshold')}")
+    if reason == REASON_REPEATED_RESPONSE:
+        return (f"the model gave the same answer without tool calls {d.get('count')} times in a row"
+                f"{conv} (threshold {d.get('threshold')})")
+    if reason == REASON_REPEATED_OUTPUT:
+        return (f"the model kept repeating itself inside one streamed answer: a "
+                f"{d.get('chunk_chars')}-character passage came {d.get('count')} times, on average every "
+                f"{d.get('average_gap_chars')} characters; taskgate cut the stream")
+    return None

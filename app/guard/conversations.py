@@ -1,0 +1,83 @@
+"""Per-conversation counters (the ``conversations`` table): thin I/O around the pure
+rules of :mod:`app.guard.conversation_rules`. Every function takes an asyncpg
+connection; admission and the ledger call them with the task row locked, so the
+read-check-count sequences here never race within one task."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import asyncpg
+
+from app.guard.conversation_rules import ConversationLimits
+from app.settings import Settings
+
+_GET = ("SELECT requests, tool_calls, first_request_at, response_hash, response_streak"
+        " FROM conversations WHERE task_id = $1 AND conversation_key = $2")
+_COUNT_REQUEST = (
+    "INSERT INTO conversations (task_id, conversation_key, requests, first_request_at)"
+    " VALUES ($1, $2, 1, now()) ON CONFLICT (task_id, conversation_key) DO UPDATE"
+    " SET requests = conversations.requests + 1,"
+    "     first_request_at = COALESCE(conversations.first_request_at, now()), updated_at = now()"
+)
+# A response (or request) with new tool calls also breaks a run of repeated answers.
+_ADD_TOOL_CALLS = (
+    "INSERT INTO conversations (task_id, conversation_key, tool_calls) VALUES ($1, $2, $3)"
+    " ON CONFLICT (task_id, conversation_key) DO UPDATE"
+    " SET tool_calls = conversations.tool_calls + EXCLUDED.tool_calls,"
+    "     response_hash = NULL, response_streak = 0, updated_at = now()"
+    " RETURNING tool_calls"
+)
+_TOOL_CALLS = "SELECT tool_calls FROM conversations WHERE task_id = $1 AND conversation_key = $2"
+# The same text as the last answer extends the run; any other text starts a new one.
+_ANSWER = (
+    "INSERT INTO conversations (task_id, conversation_key, response_hash, response_streak)"
+    " VALUES ($1, $2, $3, 1) ON CONFLICT (task_id, conversation_key) DO UPDATE"
+    " SET response_streak = CASE WHEN conversations.response_hash = EXCLUDED.response_hash"
+    "                            THEN conversations.response_streak + 1 ELSE 1 END,"
+    "     response_hash = EXCLUDED.response_hash, updated_at = now()"
+    " RETURNING response_streak"
+)
+
+
+def limits_for(task: Mapping[str, Any], settings: Settings) -> ConversationLimits:
+    """The conversation ceilings in force: the task's columns, else the settings."""
+    request_limit = task.get("conversation_request_limit")
+    duration = task.get("conversation_max_duration_s")
+    return ConversationLimits(
+        request_limit=settings.conversation_request_limit if request_limit is None else request_limit,
+        max_duration_s=settings.conversation_max_duration_s if duration is None else duration,
+    )
+
+
+def tool_call_limit_for(task: Mapping[str, Any], settings: Settings) -> int | None:
+    limit = task.get("conversation_tool_call_limit")
+    return settings.conversation_tool_call_limit if limit is None else limit
+
+
+async def get(conn: asyncpg.Connection, task_id: str, key: str) -> dict[str, Any] | None:
+    """The conversation's row, ``None`` before anything was counted for it."""
+    row = await conn.fetchrow(_GET, task_id, key)
+    return dict(row) if row else None
+
+
+async def count_request(conn: asyncpg.Connection, task_id: str, key: str) -> None:
+    """Count one admitted request of the conversation (and start its clock)."""
+    await conn.execute(_COUNT_REQUEST, task_id, key)
+
+
+async def add_tool_calls(conn: asyncpg.Connection, task_id: str, key: str, new_calls: int,
+                         limit: int | None) -> int:
+    """Add ``new_calls`` to the conversation's tool calls; returns its total. With no
+    new calls the total is read only when a ceiling needs it (else 0)."""
+    if new_calls:
+        return await conn.fetchval(_ADD_TOOL_CALLS, task_id, key, new_calls)
+    if limit is None:
+        return 0
+    return await conn.fetchval(_TOOL_CALLS, task_id, key) or 0
+
+
+async def record_answer(conn: asyncpg.Connection, task_id: str, key: str, text_sha256: str) -> int:
+    """Record a text answer without tool calls; returns the run of identical answers."""
+    return await conn.fetchval(_ANSWER, task_id, key, text_sha256)
