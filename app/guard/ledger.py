@@ -77,6 +77,7 @@ _HISTORY = (
 _COUNT_CALLS = (
     "UPDATE tasks SET tool_calls = tool_calls + $2, updated_at = now() WHERE id = $1 RETURNING tool_calls"
 )
+_TASK_FOR_ANSWER = "SELECT status, loop_guard FROM tasks WHERE id = $1"
 _ADD_USAGE = (
     "UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,"
     " cost_usd = cost_usd + $4, reserved_usd = reserved_usd - $5, updated_at = now() WHERE id = $1"
@@ -261,9 +262,9 @@ async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_ke
                          text_sha256: str, settings: Settings) -> Verdict | None:
     """Extend the conversation's run of identical text answers; latch the task with
     ``repeated_response`` when the run reaches the threshold in force."""
-    async with conn.transaction():
+    async with conn.transaction():  # no task row lock: the upsert and the latch are atomic
         await relaxed(conn)  # a latch set below makes this commit durable again
-        task = await task_rows.lock_task(conn, task_id=task_id)
+        task = await conn.fetchrow(_TASK_FOR_ANSWER, task_id)
         if task is None:
             return None
         repeats = (task.get("loop_guard") or {}).get("response_repeats", settings.response_repeats)
