@@ -23,7 +23,7 @@ def wait_for_stop(admin, task_id: str, timeout: float = 5) -> dict:
 
 def test_chanting_chat_stream_is_cut_and_the_task_latched(gateway, admin, upstream):
     task_id, token = admin.create_task()
-    upstream.script("chant", repeats=60, chunks=60)
+    upstream.script("chant", repeats=60, chunks=60, chunk_delay_s=0.01)  # trickled: cut mid-answer
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
     pieces: list[str] = []
     with pytest.raises(openai.APIError) as exc:
@@ -42,7 +42,7 @@ def test_chanting_chat_stream_is_cut_and_the_task_latched(gateway, admin, upstre
 
 def test_chanting_responses_stream_ends_with_response_failed(gateway, admin, upstream):
     task_id, token = admin.create_task()
-    upstream.script("chant", repeats=60, chunks=60)
+    upstream.script("chant", repeats=60, chunks=60, chunk_delay_s=0.01)
     r = httpx.post(gateway.url + "/v1/responses", headers={"authorization": f"Bearer {token}"},
                    json={"model": "mock-model", "input": "explain", "stream": True}, timeout=30)
     events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
@@ -54,11 +54,20 @@ def test_chanting_responses_stream_ends_with_response_failed(gateway, admin, ups
 
 def test_chanting_messages_stream_ends_with_an_error_event(gateway, admin, upstream):
     task_id, token = admin.create_task()
-    upstream.script("chant", repeats=60, chunks=60)
+    upstream.script("chant", repeats=60, chunks=60, chunk_delay_s=0.01)
     client = anthropic.Anthropic(base_url=gateway.url, api_key=token, max_retries=0)
     with pytest.raises(anthropic.APIStatusError):
         with client.messages.stream(model="mock-model", max_tokens=100, messages=USER) as s:
             s.get_final_message()
+    assert wait_for_stop(admin, task_id)["stop_reason"] == "repeated_output"
+
+
+def test_a_chanting_answer_that_arrived_whole_is_not_cut_but_latches_the_task(gateway, admin, upstream):
+    task_id, token = admin.create_task()
+    upstream.script("chant", repeats=60, chunks=60)  # one write: relayed whole before it is read
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
+    with client.chat.completions.stream(model="mock-model", messages=USER) as s:
+        assert s.get_final_completion().choices[0].message.content.count("once more") == 60
     assert wait_for_stop(admin, task_id)["stop_reason"] == "repeated_output"
 
 

@@ -346,14 +346,11 @@ class RelayResponse(Response):
                 for event, data in events:
                     observer.feed(event, data)
                 continue
-            terminal = False
+            terminal = repeating = False
             for event, data in events:
                 kind = observer.feed(event, data)
-                if kind is EventKind.CONTENT and self._watch_text(self.fmt.text_delta(event, data)):
-                    end = ("repeated_output", "repeated_output",
-                           "The model kept repeating the same passage in this answer; taskgate cut the "
-                           "stream and stopped the task (repeated_output).")
-                    break
+                if kind is EventKind.CONTENT and not repeating:
+                    repeating = self._watch_text(self.fmt.text_delta(event, data))
                 if kind is EventKind.TERMINAL:
                     terminal = True
                 if kind is EventKind.CONTENT:
@@ -368,7 +365,10 @@ class RelayResponse(Response):
                     continue
                 if first_content_at is not None:
                     deadline = resumed_at + wd.idle_timeout_s if wd.idle_timeout_s else None
-            if end is not None:
+            if repeating and not terminal:  # an answer already relayed whole is not cut
+                end = ("repeated_output", "repeated_output",
+                       "The model kept repeating the same passage in this answer; taskgate cut the "
+                       "stream and stopped the task (repeated_output).")
                 break
             if terminal:  # more may follow (Responses: error, then response.failed; [DONE])
                 ended_at = resumed_at
