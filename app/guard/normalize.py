@@ -13,6 +13,9 @@ Default rules (:data:`DEFAULT_RULES`, in order):
   ``Original token count: 51``) are removed. ``Process exited with code N`` is kept:
   the exit code is meaningful. ``Process running with session ID 7`` keeps the words
   and masks the number.
+- ``shell_process_ids``: Qwen Code's (and gemini-cli's) shell result ends with
+  ``Process Group PGID: 14705`` (and ``Background PIDs: ...``), a new number each
+  run: the number becomes ``<pid>``.
 - ``uuid``: ``123e4567-e89b-12d3-a456-426614174000`` -> ``<uuid>``.
 - ``iso_timestamp``: ``2026-12-01T06:54:12.345Z``, ``2026-12-01 06:54:12+01:00`` ->
   ``<timestamp>`` (a date alone is kept).
@@ -75,6 +78,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
           r"^(?:Chunk ID: [0-9A-Za-z]+|Wall time: \d+(?:\.\d+)? seconds|Original token count: \d+)[ \t]*(?:\r?\n|\Z)",
           ""),
     _rule("codex_session_id", r"^(Process running with session ID )\d+", r"\1<id>"),
+    _rule("shell_process_ids", r"^(Process Group PGID|Background PIDs): \d+(?:, ?\d+)*[ \t]*$", r"\1: <pid>"),
     _rule("uuid", r"\b[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\b", "<uuid>"),
     _rule("iso_timestamp",
           r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2}\b)?",
