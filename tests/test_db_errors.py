@@ -33,6 +33,7 @@ UNREACHABLE = [
     asyncpg.InterfaceError("pool is closed"),
     asyncpg.InterfaceError("pool is closing"),
     asyncpg.InterfaceError("cannot perform operation: connection is closed"),
+    asyncpg.InternalClientError("cannot switch to state 12; another operation (2) is in progress"),
 ]
 
 BUGS = [
@@ -48,6 +49,7 @@ BUGS = [
     exc.RaiseError("raised by a trigger"),
     exc.DeadlockDetectedError("deadlock detected"),
     asyncpg.InterfaceError("cannot perform operation: another operation is in progress"),
+    asyncpg.InternalClientError("unexpected codec"),
     ValueError("identical_streak must be >= 1, got 0"),
     UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"),
     RecursionError(),

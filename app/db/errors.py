@@ -38,6 +38,11 @@ def database_unreachable(exc: BaseException) -> bool:
     if isinstance(exc, asyncpg.PostgresError):
         state = getattr(exc, "sqlstate", None) or ""
         return state[:2] in UNREACHABLE_SQLSTATE_CLASSES or state in UNREACHABLE_SQLSTATES
+    if isinstance(exc, asyncpg.InternalClientError):
+        # asyncpg's protocol state on a connection the server dropped mid-query
+        # ("cannot switch to state 12; another operation is in progress"): seen when
+        # PostgreSQL is killed under load; the connection is unusable, not our query.
+        return "cannot switch to state" in str(exc)
     if isinstance(exc, asyncpg.InterfaceError):
         message = str(exc).lower()
         return any(marker in message for marker in _GONE_MARKERS)
