@@ -111,3 +111,16 @@ def test_open_connections_are_capped(bounded):
     s = connect(bounded)
     s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
     assert closed_after(s, limit_s=5)[1].startswith(b"HTTP/1.1 200")
+
+
+def test_a_client_leaving_mid_body_leaves_no_traceback(bounded, upstream):
+    admin = Admin(bounded.url)
+    task_id, token = admin.create_task()
+    s = connect(bounded)
+    s.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {token}\r\n"
+              "content-length: 1000\r\n\r\n{\"model\":".encode())
+    time.sleep(0.3)
+    s.close()
+    time.sleep(0.5)
+    assert "Traceback" not in bounded.output()
+    assert admin.task(task_id)["admitted_requests"] == 0 and upstream.requests == []

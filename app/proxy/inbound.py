@@ -17,6 +17,8 @@ import json
 import re
 from typing import Any, AsyncIterator
 
+from starlette.requests import ClientDisconnect
+
 from app.errors import GatewayError, unauthorized
 
 #: RFC 9110 §5.1 field name (token) and §5.5 field value (visible characters and
@@ -67,9 +69,10 @@ async def read_body(chunks: AsyncIterator[bytes], declared: str | None, max_byte
                     deadline_s: float | None) -> bytes:
     """The whole request body from ``chunks`` (``request.stream()``).
 
-    Raises 413 ``request_too_large`` above ``max_bytes`` (declared or received) and 408
+    Raises 413 ``request_too_large`` above ``max_bytes`` (declared or received), 408
     ``request_timeout`` when the body has not arrived in full within ``deadline_s``
-    seconds (one deadline for the whole body, not per read; ``None`` or 0: no bound).
+    seconds (one deadline for the whole body, not per read; ``None`` or 0: no bound),
+    400 ``client_disconnected`` when the client leaves first.
     """
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         raise too_large(max_bytes)
@@ -86,6 +89,10 @@ async def read_body(chunks: AsyncIterator[bytes], declared: str | None, max_byte
         raise GatewayError(408, "invalid_request_error", "request_timeout",
                            f"The request body did not arrive within {deadline_s:g} s "
                            "(TASKGATE_BODY_TIMEOUT_S). Nothing was forwarded or counted.",
+                           dict(CLOSE)) from None
+    except ClientDisconnect:  # nobody is left to read the answer; no traceback in the log
+        raise GatewayError(400, "invalid_request_error", "client_disconnected",
+                           "The client closed the connection before sending its whole body.",
                            dict(CLOSE)) from None
     return b"".join(parts)
 
