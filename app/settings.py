@@ -144,7 +144,7 @@ class Settings(BaseSettings):
         "it, connection closed); 0 disables.",
     )
     header_timeout_s: float = Field(
-        default=10.0,
+        default=30.0,
         description="Deadline for a request's line and headers, from the connection's opening (or "
         "the request's first byte on a kept-alive connection); the connection is closed after "
         "it. 0 disables.",
