@@ -7,7 +7,13 @@ OpenAI endpoints get ``{"error": {"message", "type", "code", "param"}}``; Anthro
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.wire.base import WireFormat
 
 #: Anthropic's ``error.type`` for each HTTP status the gateway answers with
 #: (https://docs.anthropic.com/en/api/errors).
@@ -80,3 +86,14 @@ def unauthorized(message: str) -> GatewayError:
 def unavailable(message: str = "taskgate cannot reach its database; the request was not forwarded.") -> GatewayError:
     """503 when admission cannot run: the gateway fails closed."""
     return GatewayError(503, "gateway_unavailable", "database_unavailable", message)
+
+
+def render_error(fmt: WireFormat, err: GatewayError) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """JSON body and raw headers for a gateway error in ``fmt``'s shape."""
+    etype = err.type
+    if fmt.name == "anthropic_messages":
+        etype = ANTHROPIC_ERROR_TYPES.get(wire_status(fmt.name, err), "api_error")
+    body = json.dumps(fmt.error_body(err.message, etype, err.code)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.encode(), v.encode()) for k, v in err.headers.items()]
+    return body, headers

@@ -22,7 +22,7 @@ import asyncio, time
 from app.console import hooks
 from app.console.metrics import time_admission
 from app.console.request_ids import RequestIdMiddleware
-from app.proxy.relay import Outcome
+from app.proxy.outcome import Outcome
 from app.wire.base import ResponseSummary, ToolCall, Usage
 
 N = 20000

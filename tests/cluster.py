@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import glob
 import os
-import pwd
 import shutil
 import signal
 import subprocess

@@ -3,7 +3,6 @@ OpenAI-style, one Anthropic-style), configured by a TASKGATE_CONFIG file."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterator
 

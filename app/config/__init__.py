@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from app.config.loader import ConfigError, load
-from app.config.schema import GatewayConfig, ModelRoute, Price, Provider
+from app.config.schema import GatewayConfig, ModelRoute, Provider
 
 __all__ = ["ConfigError", "GatewayConfig", "environment_config", "gateway_config"]
 

@@ -97,7 +97,7 @@ def reason_label(reason: str | None) -> str:
 
 
 def observe_outcome(outcome: Any, started: float, stream: bool) -> None:
-    """Count one relayed exchange from its :class:`app.proxy.relay.Outcome`.
+    """Count one relayed exchange from its :class:`app.proxy.outcome.Outcome`.
 
     ``started`` is ``time.monotonic()`` when it was admitted; ``stream`` whether it
     was counted in ``taskgate_open_streams``."""

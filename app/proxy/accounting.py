@@ -27,7 +27,7 @@ from app.db.errors import database_unreachable
 from app.db.pool import relaxed
 from app.db.retry import backlog
 from app.guard.ledger import record_response
-from app.proxy.relay import Outcome
+from app.proxy.outcome import Outcome
 from app.settings import Settings
 
 _EVENT_KINDS = {

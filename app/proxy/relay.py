@@ -46,54 +46,23 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable
 
 import httpx
 from starlette.responses import Response
 
-from app.errors import ANTHROPIC_ERROR_TYPES, GatewayError, wire_status
+from app.errors import ANTHROPIC_ERROR_TYPES, GatewayError, render_error, wire_status
 from app.guard.repeated_output import OutputMonitor
 from app.proxy.open_requests import OpenRequests
+from app.proxy.outcome import Outcome, Watchdog
 from app.proxy.redact import Redactor
 from app.proxy.usage_chunk import strip_usage_chunks
 from app.proxy.upstream import response_headers
-from app.wire.base import EventKind, ResponseSummary, StreamObserver, WireFormat
+from app.wire.base import EventKind, StreamObserver, WireFormat
 from app.proxy.sniff import sniff_stream
-from app.wire.sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, SSEEventTooLarge
+from app.wire.sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, SSEEventTooLarge, event_boundary
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class Watchdog:
-    """Stream timers in seconds; ``0`` or ``None`` disables one. ``heartbeats_reset``
-    makes heartbeat events count as progress. ``close_grace_s``: how long upstream may
-    keep sending after its terminal event before the gateway closes the stream itself
-    (``0``: close at once)."""
-
-    first_event_timeout_s: float | None
-    idle_timeout_s: float | None
-    heartbeats_reset: bool = False
-    close_grace_s: float = 1.0
-
-
-@dataclass(slots=True)
-class Outcome:
-    """How one relayed exchange ended.
-
-    ``kind``: ``completed`` (terminal event or whole body relayed), ``stalled``,
-    ``truncated`` (stream ended or broke without its terminal event),
-    ``upstream_unreachable`` (connect error, 502), ``upstream_timeout`` (504),
-    ``disconnected`` (the client left), ``stopped`` (cut because the task was
-    latched; ``detail["code"]`` is the stop reason). ``summary`` holds what the response showed
-    so far (tool calls, usage). ``detail`` is JSON-ready context for the task history.
-    """
-
-    kind: str = "completed"
-    status: int | None = None
-    summary: ResponseSummary = field(default_factory=ResponseSummary)
-    detail: dict[str, Any] = field(default_factory=dict)
 
 
 class RelayResponse(Response):
@@ -321,7 +290,7 @@ class RelayResponse(Response):
             else:
                 scan_from = max(len(held) - 1, 0)
                 held += chunk
-                cut = _event_boundary(held, scan_from)
+                cut = event_boundary(held, scan_from)
                 out = bytes(held[:cut])
                 del held[:cut]
             paused_at = loop.time()
@@ -440,17 +409,6 @@ class RelayResponse(Response):
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-def render_error(fmt: WireFormat, err: GatewayError) -> tuple[bytes, list[tuple[bytes, bytes]]]:
-    """JSON body and raw headers for a gateway error in ``fmt``'s shape."""
-    etype = err.type
-    if fmt.name == "anthropic_messages":
-        etype = ANTHROPIC_ERROR_TYPES.get(wire_status(fmt.name, err), "api_error")
-    body = json.dumps(fmt.error_body(err.message, etype, err.code)).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(k.encode(), v.encode()) for k, v in err.headers.items()]
-    return body, headers
-
-
 def _close_held(decoder: SSEDecoder, observer: StreamObserver, ended_at: float | None,
                 now: float) -> tuple[float | None, int]:
     """Upstream closed with bytes after its last blank line: read them as the event a
@@ -461,15 +419,6 @@ def _close_held(decoder: SSEDecoder, observer: StreamObserver, ended_at: float |
         if observer.feed(event, data) is EventKind.TERMINAL and ended_at is None:
             ended_at = now
     return ended_at, len(events)
-
-
-def _event_boundary(data: bytearray, start: int) -> int:
-    """Length of the longest prefix of ``data`` that ends with a blank line (an SSE event
-    boundary: ``\n\n``, ``\r\r``, or ``\n\r``, which also covers ``\r\n\r\n``),
-    searching from ``start``; 0 when there is none. In SSE, CR and LF bytes only ever
-    occur as line ends."""
-    i = max(data.rfind(b"\n\n", start), data.rfind(b"\r\r", start), data.rfind(b"\n\r", start))
-    return i + 2 if i >= 0 else 0
 
 
 async def _wait_for_disconnect(receive: Callable) -> None:

@@ -37,7 +37,7 @@ from app.admission.charge import charge_for
 from app.admission.tokens import token_hash
 from app.config.schema import Provider, ProviderKind
 from app.console.metrics import LOOP_WARNINGS
-from app.errors import GatewayError, wire_status
+from app.errors import GatewayError, render_error, wire_status
 from app.guard.detector import Action
 from app.guard.fingerprint import conversation_key
 from app.guard.ledger import GuardRequest
@@ -46,7 +46,8 @@ from app.proxy import endpoints
 from app.proxy.accounting import Accounting
 from app.proxy.auth import require_known_token
 from app.proxy.inbound import CLOSE, check_headers, parse_json_object, read_body, token_from_headers
-from app.proxy.relay import RelayResponse, Watchdog, render_error
+from app.proxy.outcome import Watchdog
+from app.proxy.relay import RelayResponse
 from app.proxy.model_field import rewrite_model
 from app.proxy.providers import (
     configured_models,

@@ -24,7 +24,6 @@ import re
 from typing import Any
 
 from app.wire._common import (
-    as_int,
     as_str,
     flatten_output,
     join_seed,

@@ -25,7 +25,6 @@ from __future__ import annotations
 from typing import Any
 
 from app.wire._common import (
-    as_int,
     as_str,
     flatten_output,
     join_seed,

@@ -204,3 +204,12 @@ class SSEDecoder:
         size = self._data_size + partial
         if size > self._max:
             raise SSEEventTooLarge(size, self._max)
+
+
+def event_boundary(data: bytearray, start: int) -> int:
+    """Length of the longest prefix of ``data`` that ends with a blank line (an SSE event
+    boundary: ``\n\n``, ``\r\r``, or ``\n\r``, which also covers ``\r\n\r\n``),
+    searching from ``start``; 0 when there is none. In SSE, CR and LF bytes only ever
+    occur as line ends."""
+    i = max(data.rfind(b"\n\n", start), data.rfind(b"\r\r", start), data.rfind(b"\n\r", start))
+    return i + 2 if i >= 0 else 0
