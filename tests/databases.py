@@ -13,29 +13,20 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
 
-
-async def _sql(url: str, sql: str) -> None:
-    engine = create_async_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        async with engine.connect() as conn:
-            await conn.execute(text(sql))
-    finally:
-        await engine.dispose()
+from tests.support import admin_sql
 
 
 @contextmanager
 def empty_database(server_url: str) -> Iterator[str]:
     """A new, empty database (no tables) on the server of ``server_url``; dropped after."""
     name = f"taskgate_empty_{os.getpid()}_{secrets.token_hex(4)}"
-    asyncio.run(_sql(server_url, f'CREATE DATABASE "{name}"'))
+    asyncio.run(admin_sql(server_url, f'CREATE DATABASE "{name}"'))
     try:
         yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
     finally:
-        asyncio.run(_sql(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(admin_sql(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @contextmanager
@@ -57,7 +48,7 @@ def statements_cluster() -> Iterator[tuple[str, Path]]:
         server.ensure_postgres_running()
         url = embedded.asyncpg_url(server.get_uri())
         try:
-            asyncio.run(_sql(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+            asyncio.run(admin_sql(url, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
             migrate.upgrade(url)
             yield url, pgdata
         finally:

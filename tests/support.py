@@ -39,7 +39,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def _admin_sql(url: str, sql: str) -> None:
+async def admin_sql(url: str, sql: str) -> None:
+    """Run one statement outside a transaction (``CREATE DATABASE`` and the like)."""
     engine = create_async_engine(url, isolation_level="AUTOCOMMIT")
     try:
         async with engine.connect() as conn:
@@ -54,13 +55,13 @@ def fresh_database() -> Iterator[str]:
     server_url = os.environ.get("TASKGATE_TEST_DATABASE_URL")
     if server_url:
         name = f"taskgate_test_{os.getpid()}_{secrets.token_hex(4)}"
-        asyncio.run(_admin_sql(server_url, f'CREATE DATABASE "{name}"'))
+        asyncio.run(admin_sql(server_url, f'CREATE DATABASE "{name}"'))
         url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
         try:
             migrate.upgrade(url)
             yield url
         finally:
-            asyncio.run(_admin_sql(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            asyncio.run(admin_sql(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     else:
         with tempfile.TemporaryDirectory(prefix="taskgate-pg-") as tmp:
             url = embedded.start(Path(tmp))

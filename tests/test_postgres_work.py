@@ -6,6 +6,7 @@ numbers ``docs/scaling.md`` builds on stay true."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 from typing import Iterator
 
 import asyncpg
@@ -33,7 +34,7 @@ def routes() -> Iterator[dict[str, str]]:
 async def _admit_and_count(url: str, stats_url: str, n: int) -> dict[str, int]:
     stats = await asyncpg.connect(asyncpg_dsn(stats_url))
     try:
-        token = "tg-work-" + str(id(object()))
+        token = "tg-work-" + secrets.token_hex(8)
         await stats.execute("INSERT INTO tasks (id, token_hash, request_limit) VALUES ($1, $2, 1000000)",
                             token, token_hash(token))
         settings = Settings(database_url=url, _env_file=None)  # type: ignore[call-arg]

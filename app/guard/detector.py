@@ -53,7 +53,7 @@ Cost: O(len(history)) time and memory.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -243,19 +243,29 @@ def _cycle_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict |
     return None
 
 
-def _failure_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict | None:
-    failures: dict[str, int] = {}  # tool -> trailing failures; first key = most recent
+def _trailing_streaks(done: Sequence[CallRecord], counts: Callable[[CallRecord], bool],
+                      clears: Callable[[CallRecord], bool]) -> tuple[dict[str, int], dict[str, CallRecord]]:
+    """Per tool, the length of the trailing run of its own calls for which ``counts``
+    holds (other tools' calls in between ignored; calls neither counting nor clearing
+    skipped), ended by the latest call for which ``clears`` holds; and the latest counted
+    call of each tool. The first key is the tool with the most recent streak."""
+    streaks: dict[str, int] = {}
     latest: dict[str, CallRecord] = {}
     cleared: set[str] = set()
     for record in reversed(done):
         tool = record.tool_name
         if tool in cleared:
             continue
-        if record.is_error:
-            failures[tool] = failures.get(tool, 0) + 1
+        if counts(record):
+            streaks[tool] = streaks.get(tool, 0) + 1
             latest.setdefault(tool, record)
-        else:
+        elif clears(record):
             cleared.add(tool)
+    return streaks, latest
+
+
+def _failure_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict | None:
+    failures, latest = _trailing_streaks(done, lambda r: bool(r.is_error), lambda r: True)
     if not failures:
         return None
     tool = max(failures, key=failures.__getitem__)  # ties: the most recent streak
@@ -267,18 +277,8 @@ def _failure_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict
 
 
 def _empty_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict | None:
-    streaks: dict[str, int] = {}  # tool -> trailing empty results; first key = most recent
-    latest: dict[str, CallRecord] = {}
-    cleared: set[str] = set()
-    for record in reversed(done):
-        tool = record.tool_name
-        if tool in cleared:
-            continue
-        if record.is_empty:
-            streaks[tool] = streaks.get(tool, 0) + 1
-            latest.setdefault(tool, record)
-        elif not record.is_error:
-            cleared.add(tool)
+    # an error result neither extends nor clears an empty-result streak
+    streaks, latest = _trailing_streaks(done, lambda r: bool(r.is_empty), lambda r: not r.is_error)
     for tool, count in streaks.items():
         threshold = thresholds.empty_threshold(tool)
         if count >= threshold:
