@@ -130,10 +130,7 @@ class UpstreamResponse:
             try:
                 raw = await self._response.read()
             except Exception as exc:
-                mapped = upstream_error(exc)
-                if mapped is None:
-                    raise
-                raise mapped from exc
+                raise upstream_error(exc) or exc  # aiohttp's errors as httpx's; others as they are
             decoder = _Decoder(self.headers.get("content-encoding"))
             self._body = decoder.decode(raw) + decoder.flush()
         return self._body
@@ -200,10 +197,7 @@ class _RawChunks:
         try:
             chunk = await self._content.readany()
         except Exception as exc:
-            mapped = upstream_error(exc)
-            if mapped is None:
-                raise
-            raise mapped from exc
+            raise upstream_error(exc) or exc  # aiohttp's errors as httpx's; others as they are
         if not chunk:
             raise StopAsyncIteration
         return chunk
@@ -254,10 +248,7 @@ class UpstreamClient:
             response = await self._session.request(request.method, request.url, data=request.content,
                                                    headers=request.headers, allow_redirects=False)
         except Exception as exc:
-            mapped = upstream_error(exc)
-            if mapped is None:
-                raise
-            raise mapped from exc
+            raise upstream_error(exc) or exc  # aiohttp's errors as httpx's; others as they are
         upstream = UpstreamResponse(response)
         if not stream:
             try:
