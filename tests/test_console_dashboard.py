@@ -24,9 +24,12 @@ WAIT_S = 15
 
 
 def _wait(driver, predicate, what: str):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, WAIT_S, poll_frequency=0.05).until(predicate, message=what)
+    # the page re-renders every few seconds: an element read mid-render is read again
+    return WebDriverWait(driver, WAIT_S, poll_frequency=0.05,
+                         ignored_exceptions=(StaleElementReferenceException,)).until(predicate, message=what)
 
 
 def _css(driver, selector: str):
