@@ -232,6 +232,61 @@ def test_how_the_answer_is_split_into_deltas_does_not_matter(name: str, cuts: li
     assert OutputMonitor(analyse=False).text_sha256() is None
 
 
+class ReferenceMonitor(OutputMonitor):
+    """The rule as first written: every window in a dict, one character at a time.
+    Slow and obviously right; the fast monitor must agree with it exactly."""
+
+    def _reset(self) -> None:
+        self._window, self._seen = "", {}
+        self._pos = getattr(self, "_pos", 0)
+
+    def _analyse(self, text: str) -> bool:
+        for ch in text:
+            self._pos += 1
+            self._window = (self._window + ch)[-CHUNK_CHARS:]
+            if len(self._window) < CHUNK_CHARS:
+                continue
+            hits = [p for p in self._seen.get(self._window, []) if p > self._pos - 2300] + [self._pos]
+            self._seen[self._window] = hits
+            if len(hits) >= REPEATS and (hits[-1] - hits[-REPEATS]) / (REPEATS - 1) <= 250 \
+                    and not self._window.isspace():
+                self.detected = True
+                self.detail = {"chunk_chars": CHUNK_CHARS, "count": len(hits),
+                               "average_gap_chars": round((hits[-1] - hits[-REPEATS]) / (REPEATS - 1), 1),
+                               "threshold": REPEATS, "max_average_gap_chars": 250}
+                return True
+        return False
+
+
+PHRASES = ["Let me look at the file again. ", "ab", "abab abab ", "x" * 60, "\n", "  ", "the model said ",
+           "- item\n", "```\n", "| row |\n", "Checking the configuration once more before I continue. "]
+
+
+def near_misses(gaps: list[int], seed: int) -> str:
+    """A 52-character sentence again and again, with fresh filler between its
+    repeats: average gaps on both sides of the threshold."""
+    rnd = random.Random(seed)
+    return "".join("The build failed again, so I will run it once more. "
+                   + "".join(rnd.choices("abcdefgh ", k=gap)) for gap in gaps)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.lists(st.sampled_from(PHRASES), max_size=400).map("".join),
+                 st.builds(near_misses, st.lists(st.integers(150, 240), min_size=9, max_size=16), st.integers())),
+       st.lists(st.integers(1, 70), min_size=1, max_size=20))
+def test_the_fast_monitor_agrees_with_the_reference_exactly(text: str, cuts: list[int]) -> None:
+    fast, slow = OutputMonitor(), ReferenceMonitor()
+    slow._reset()
+    i = 0
+    for n in itertools.cycle(cuts):
+        if i >= len(text):
+            break
+        piece = text[i:i + n]
+        assert fast.feed(piece) == slow.feed(piece), i
+        i += n
+    assert (fast.detected, fast.detail) == (slow.detected, slow.detail)
+
+
 def test_text_hash_covers_the_whole_answer() -> None:
     a, b = OutputMonitor(analyse=False), OutputMonitor(analyse=False)
     a.feed("Hello, ")

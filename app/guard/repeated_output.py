@@ -6,8 +6,9 @@ answer's prose one character at a time; when one window's text has been seen
 :data:`MAX_AVERAGE_GAP_CHARS` characters apart, the answer is looping.
 
 Pure: fed text deltas in order (:meth:`OutputMonitor.feed`), no I/O, no clock.
-Memory is bounded (the positions of the last ``REPEATS * MAX_AVERAGE_GAP_CHARS``
-characters), time O(characters).
+Memory is bounded (the last :data:`_KEEP` analysed characters). Time: a few
+:meth:`str.find` calls per :data:`_BATCH` characters of prose that is not repeating
+itself; prose that is gets each of its windows compared.
 
 Healthy repetition is left alone, line by line: lines inside fenced code blocks
 (```` ``` ```` / ``~~~``), indented code (4 spaces or a tab), table rows (``|...``,
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import deque
 from typing import Any
 
 CHUNK_CHARS = 50
@@ -32,8 +32,16 @@ REPEATS = 10
 MAX_AVERAGE_GAP_CHARS = 5 * CHUNK_CHARS
 #: Characters of a line read before deciding whether it is prose.
 HEAD_CHARS = 8
-#: Positions older than this many characters can no longer be part of a detection.
-_HORIZON = (REPEATS - 1) * MAX_AVERAGE_GAP_CHARS + CHUNK_CHARS
+#: Furthest apart (in characters) the first and last of REPEATS window ends may lie.
+_SPAN = (REPEATS - 1) * MAX_AVERAGE_GAP_CHARS
+#: Window ends older than this many characters no longer count (the evidence's ``count``).
+_HORIZON = _SPAN + CHUNK_CHARS
+#: Analysed characters kept: every window a new one can be compared with.
+_KEEP = _HORIZON + CHUNK_CHARS
+#: Window ends settled together (see :meth:`OutputMonitor._analyse`).
+_BATCH = 16
+#: How far back a batch's core is looked for on every batch: one average gap.
+_GAP_REACH = MAX_AVERAGE_GAP_CHARS + CHUNK_CHARS
 
 _FENCE = re.compile(r"\s*(```|~~~)")
 _STRUCTURE = re.compile(
@@ -54,10 +62,7 @@ class OutputMonitor:
         self._head = ""  # start of the current line while its kind is undecided
         self._prose: bool | None = None  # kind of the current line once decided
         self._in_fence = False
-        self._window = ""  # the last CHUNK_CHARS analysed characters
-        self._pos = 0  # analysed characters so far
-        self._seen: dict[str, deque[int]] = {}
-        self._order: deque[tuple[int, str]] = deque()
+        self._reset()  # _text: the prose analysed since the last reset (its last _KEEP characters at least)
 
     def text_sha256(self) -> str | None:
         """SHA-256 hex of all text fed so far (``None`` when there was none)."""
@@ -71,6 +76,8 @@ class OutputMonitor:
         self._hash.update(text.encode("utf-8", "surrogatepass"))
         if not self.analyse or self.detected:
             return self.detected
+        if self._prose and "\n" not in text:  # the usual delta: more of a prose line
+            return self._analyse(text)
         for piece in re.split(r"(?<=\n)", text):
             if piece and self._line_piece(piece):
                 return True
@@ -102,32 +109,72 @@ class OutputMonitor:
         return True
 
     def _reset(self) -> None:
-        self._window = ""
-        self._seen.clear()
-        self._order.clear()
+        self._text = ""
+        self._close = -_SPAN - 1  # (end of) the last batch whose core recurred within one gap
 
     def _analyse(self, text: str) -> bool:
-        for ch in text:
-            self._pos += 1
-            self._window = (self._window + ch)[-CHUNK_CHARS:]
-            if len(self._window) < CHUNK_CHARS:
-                continue
-            while self._order and self._order[0][0] <= self._pos - _HORIZON:
-                old, chunk = self._order.popleft()
-                hits = self._seen[chunk]
-                hits.popleft()
-                if not hits:
-                    del self._seen[chunk]
-            hits = self._seen.setdefault(self._window, deque())
-            hits.append(self._pos)
-            self._order.append((self._pos, self._window))
-            if len(hits) >= REPEATS:
-                recent = list(hits)[-REPEATS:]
-                gap = (recent[-1] - recent[0]) / (REPEATS - 1)
-                if gap <= MAX_AVERAGE_GAP_CHARS and not self._window.isspace():
-                    self.detected = True
-                    self.detail = {"chunk_chars": CHUNK_CHARS, "count": len(hits),
-                                   "average_gap_chars": round(gap, 1),
-                                   "threshold": REPEATS, "max_average_gap_chars": MAX_AVERAGE_GAP_CHARS}
-                    return True
+        """Append ``text`` to the analysed prose; ``True`` at the first window that has
+        been seen :data:`REPEATS` times within :data:`_SPAN` characters.
+
+        Exact, and cheap for prose that is not repeating itself. Window ends are taken
+        :data:`_BATCH` at a time: every window ending in one batch holds the same
+        ``core`` (the ``CHUNK_CHARS - _BATCH + 1`` characters before the batch), so a
+        window seen ten times makes its batch's core recur ten times in reach. And ten
+        occurrences within :data:`_SPAN` have two at most one average gap apart, so
+        some batch in that span saw its core recur within :data:`_GAP_REACH`: only
+        after such a batch is the whole span searched; otherwise one :meth:`str.find`
+        over the last few hundred characters settles a batch."""
+        buf, self._text = self._text, ""  # one reference: += extends in place
+        new = len(buf)  # index of the first new character
+        if new > 2 * _KEEP:  # older characters can no longer be part of a detection
+            self._close -= new - _KEEP
+            buf, new = buf[new - _KEEP:], _KEEP
+        buf += text
+        self._text = buf
+        end = len(buf)
+        first = new + 1 if new >= CHUNK_CHARS else CHUNK_CHARS
+        while first <= end:
+            last = min(first + _BATCH - 1, end)
+            at = last - CHUNK_CHARS
+            core = buf[at:first]
+            if buf.find(core, max(first - _GAP_REACH, 0), first) != at:  # not just itself
+                self._close = last
+            if self._close + _SPAN >= first and \
+                    _occurs(buf, core, first - _SPAN - CHUNK_CHARS, first, REPEATS) >= REPEATS:
+                for stop in range(first, last + 1):
+                    if self._looping(buf, stop):
+                        return True
+            first = last + 1
         return False
+
+    def _looping(self, buf: str, stop: int) -> bool:
+        """Whether the window ending at index ``stop`` of ``buf`` is looping (and if so,
+        :attr:`detail`)."""
+        window = buf[stop - CHUNK_CHARS:stop]
+        if window.isspace() or _occurs(buf, window, stop - _SPAN - CHUNK_CHARS, stop, REPEATS) < REPEATS:
+            return False
+        starts = _starts(buf, window, stop - _HORIZON - CHUNK_CHARS + 1, stop)
+        gap = (starts[-1] - starts[-REPEATS]) / (REPEATS - 1)
+        self.detected = True
+        self.detail = {"chunk_chars": CHUNK_CHARS, "count": len(starts), "average_gap_chars": round(gap, 1),
+                       "threshold": REPEATS, "max_average_gap_chars": MAX_AVERAGE_GAP_CHARS}
+        return True
+
+
+def _occurs(buf: str, sub: str, lo: int, hi: int, enough: int) -> int:
+    """How often ``sub`` occurs in ``buf[lo:hi]`` (overlaps counted), counting no
+    further than ``enough``."""
+    count, i = 0, buf.find(sub, max(lo, 0), hi)
+    while i != -1 and count < enough:
+        count += 1
+        i = buf.find(sub, i + 1, hi)
+    return count
+
+
+def _starts(buf: str, sub: str, lo: int, hi: int) -> list[int]:
+    """Every start of ``sub`` in ``buf[lo:hi]``, overlaps included, in order."""
+    out, i = [], buf.find(sub, max(lo, 0), hi)
+    while i != -1:
+        out.append(i)
+        i = buf.find(sub, i + 1, hi)
+    return out

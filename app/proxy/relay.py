@@ -234,6 +234,8 @@ class RelayResponse(Response):
                 pass
             else:
                 self._watch_text(self.fmt.response_text(parsed))
+                if self.monitor is not None:
+                    self.outcome.summary.text_sha256 = self.monitor.text_sha256()
         self.outcome.summary.terminal_seen = True
 
     async def _relay_stream(self, send: Callable, upstream: httpx.Response, started: float,
@@ -383,7 +385,6 @@ class RelayResponse(Response):
         if monitor is None or not text:
             return False
         detected = monitor.feed(text)
-        self.outcome.summary.text_sha256 = monitor.text_sha256()
         if detected:
             self.outcome.detail["repeated_output"] = monitor.detail
         return detected
