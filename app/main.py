@@ -81,7 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if (where := admin_token.ensure(settings)) is not None:
             print(where, file=sys.stderr, flush=True)
         database_url = await resolve_database(settings)
-        app.state.db = await create_pool(database_url, settings)
+        app.state.db = await create_pool(database_url, settings, direct=embedded_pgdata(settings) is not None)
         app.state.supervisor, supervising = supervisor.start(embedded_pgdata(settings), app.state.db)
         app.state.client = create_client(settings)
         app.state.open_requests = OpenRequests()

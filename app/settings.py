@@ -79,10 +79,12 @@ class Settings(BaseSettings):
         description="postgresql+asyncpg:// URL used by `taskgate migrate` and start-up migrations "
         "(a direct connection when database_url goes through PgBouncer). Unset: database_url.",
     )
-    database_statement_cache_size: int = Field(
-        default=0, ge=0,
-        description="Named prepared statements asyncpg keeps per connection. 0 works through "
-        "PgBouncer in transaction mode; raise it (e.g. 100) only for a direct connection.",
+    database_statement_cache_size: int | None = Field(
+        default=None, ge=0,
+        description="Named prepared statements asyncpg keeps per connection (each query is then "
+        "parsed once per connection, not on every use). Unset: 100 on the embedded PostgreSQL, 0 on "
+        "database_url, which may be PgBouncer in transaction mode (no named statements before "
+        "PgBouncer 1.21); set it (e.g. 100) for a direct connection to PostgreSQL.",
     )
     accounting_retry_s: float = Field(
         default=60.0, ge=0,

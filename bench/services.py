@@ -145,7 +145,8 @@ def start_upstream(log_dir: Path) -> Service:
 def start_gateway(name: str, database_url: str, upstream: Service, log_dir: Path, workers: int = 1) -> Service:
     """``python -m app.cli serve --workers N`` on ``database_url`` (migrated on
     start), relaying to ``upstream``; settings are the defaults except those a
-    benchmark needs."""
+    benchmark needs, and the statement cache the embedded database gets by default
+    (every bench database is a direct connection, not PgBouncer)."""
     port = free_port()
     env = child_env(
         TASKGATE_DATABASE_URL=database_url,
@@ -154,6 +155,7 @@ def start_gateway(name: str, database_url: str, upstream: Service, log_dir: Path
         TASKGATE_UPSTREAM_BASE_URL=f"{upstream.url}/v1",
         TASKGATE_UPSTREAM_API_KEY="x",
         TASKGATE_DEFAULT_REQUEST_LIMIT=str(10**12),
+        TASKGATE_DATABASE_STATEMENT_CACHE_SIZE="100",
         TASKGATE_DATA_DIR=str(log_dir / f"{name}-data"),
     )
     cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning",

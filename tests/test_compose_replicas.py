@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 from sqlalchemy.engine import make_url
 
+from app.db.pool import statement_cache_size
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,4 +85,4 @@ def test_several_workers_fit_the_connection_budget():
     # every worker: a pool of client connections to PgBouncer, one direct LISTEN connection
     assert workers * settings.database_pool_size <= int(ini["pgbouncer"]["max_client_conn"])
     assert int(ini["pgbouncer"]["default_pool_size"]) + workers + 1 <= POSTGRES_DEFAULT_MAX_CONNECTIONS
-    assert settings.database_statement_cache_size == 0  # named statements break transaction mode
+    assert statement_cache_size(settings, direct=False) == 0  # named statements break transaction mode

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from app.admission.admission import FAST_ADMIT, admit
 from app.admission.limits import limit_breach
 from app.admission.tokens import token_hash
-from app.db.pool import create_pool
+from app.db.pool import create_pool, statement_cache_size
 from app.db.schema import metadata
 from app.errors import GatewayError
 from app.settings import Settings
@@ -34,6 +34,12 @@ async def pool(database_url):
     pool = await create_pool(database_url, Settings(database_url=database_url))
     yield pool
     await pool.close()
+
+
+def test_the_statement_cache_is_on_only_where_the_connection_is_known_to_be_direct():
+    assert statement_cache_size(Settings(), direct=True) == 100  # the embedded PostgreSQL
+    assert statement_cache_size(Settings(), direct=False) == 0  # database_url: may be PgBouncer
+    assert statement_cache_size(Settings(database_statement_cache_size=5), direct=False) == 5
 
 
 async def test_migrations_create_exactly_the_schema(engine):

@@ -15,8 +15,8 @@ https://www.postgresql.org/docs/current/wal-async-commit.html.
 
 PgBouncer in transaction mode: nothing here needs session state. No startup parameter
 beyond ``application_name``, per-transaction settings with ``SET LOCAL``, and no named
-prepared statement outlives its transaction unless ``database_statement_cache_size`` is
-raised (only for a direct connection to PostgreSQL).
+prepared statement outlives its transaction unless asyncpg's statement cache is on
+(:func:`statement_cache_size`: by default only on the embedded PostgreSQL).
 """
 
 from __future__ import annotations
@@ -45,20 +45,31 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     releasing a connection costs no round trip."""
 
 
-async def create_pool(database_url: str, settings: Settings) -> asyncpg.Pool:
+def statement_cache_size(settings: Settings, direct: bool) -> int:
+    """How many named prepared statements asyncpg keeps per connection:
+    ``database_statement_cache_size`` when set, else 100 over a connection known to be
+    direct (the embedded PostgreSQL) and 0 otherwise. With 0 asyncpg uses only the
+    unnamed statement (works through PgBouncer in transaction mode), at the price of a
+    Parse round trip and a plan for every query."""
+    configured = settings.database_statement_cache_size
+    if configured is not None:
+        return configured
+    return 100 if direct else 0
+
+
+async def create_pool(database_url: str, settings: Settings, *, direct: bool = False) -> asyncpg.Pool:
     """A pool of up to ``database_pool_size`` connections; connects and queries time out
     after ``database_timeout_s`` seconds, so an unreachable database fails a request
     (503) instead of hanging it. JSON and JSONB columns decode to Python objects.
-
-    With ``database_statement_cache_size`` 0 (the default) asyncpg uses only the unnamed
-    statement, which works through PgBouncer in transaction mode and directly."""
+    ``direct``: ``database_url`` is known not to be PgBouncer (see
+    :func:`statement_cache_size`)."""
     return await asyncpg.create_pool(
         asyncpg_dsn(database_url),
         min_size=0,  # no floor to restore: asyncpg logs a traceback per failed attempt
         max_size=settings.database_pool_size,
         timeout=settings.database_timeout_s,
         command_timeout=settings.database_timeout_s,
-        statement_cache_size=settings.database_statement_cache_size,
+        statement_cache_size=statement_cache_size(settings, direct),
         init=_init_connection,
         reset=_keep_session,
         # client_encoding spelt as PostgreSQL reports it: asyncpg's default 'utf-8' differs
