@@ -1,7 +1,8 @@
 """What PostgreSQL runs per admission, counted by ``pg_stat_statements`` on a private
 embedded cluster, directly and through PgBouncer in transaction mode: the fast path is
 one statement either way (PgBouncer adds no ``SET`` before each transaction), and the
-numbers ``docs/scaling.md`` builds on stay true."""
+numbers ``docs/scaling.md`` builds on stay true; which commits wait for the disk, counted
+by ``pg_stat_io``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ import pytest
 from app.admission.admission import admit
 from app.admission.tokens import token_hash
 from app.db.pool import asyncpg_dsn, create_pool
+from app.guard.ledger import record_response
 from app.settings import Settings
+from app.wire.base import ResponseSummary, Usage
 from tests.databases import statements_cluster
 from tests.pgbouncer import NOT_INSTALLED, pgbouncer, pgbouncer_binary
 
@@ -56,3 +59,52 @@ def test_a_fast_path_admission_is_one_statement(routes, route):
     calls = asyncio.run(_admit_and_count(routes[route], routes["stats"], 20))
     assert sum(calls.values()) == 20, calls
     assert [q.split()[0] for q in calls] == ["UPDATE"], calls
+
+
+_WAL_FLUSHES = "SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_io WHERE object = 'wal'"  # PostgreSQL 18
+
+
+async def _flushes(stats: asyncpg.Connection, pool: asyncpg.Pool) -> int:
+    """WAL flushes to disk so far, every backend's pending numbers reported first."""
+    async with pool.acquire() as conn:  # the pool has one connection: the one that worked
+        await conn.execute("SELECT pg_stat_force_next_flush()")  # reported as it goes idle
+    await asyncio.sleep(0.3)
+    await stats.execute("SELECT pg_stat_clear_snapshot()")
+    return await stats.fetchval(_WAL_FLUSHES)
+
+
+async def _flushes_and_calls(url: str, n: int) -> dict[str, object]:
+    stats = await asyncpg.connect(asyncpg_dsn(url))
+    token = "tg-wal-" + secrets.token_hex(8)
+    await stats.execute("INSERT INTO tasks (id, token_hash, request_limit) VALUES ($1, $2, 1000000)",
+                        token, token_hash(token))
+    settings = Settings(database_url=url, database_pool_size=1, _env_file=None)  # type: ignore[call-arg]
+    pool = await create_pool(url, settings)
+    summary = ResponseSummary(usage=Usage(input_tokens=10, output_tokens=5), terminal_seen=True)
+    try:
+        out: dict[str, object] = {}
+        before = await _flushes(stats, pool)
+        for _ in range(n):
+            await admit(pool, token_hash(token), settings)
+        after_admissions = await _flushes(stats, pool)
+        await stats.execute("SELECT pg_stat_statements_reset()")
+        for _ in range(n):
+            await record_response(pool, token, "", summary, settings)
+        out["usage_calls"] = {r["query"].split()[0]: r["calls"] for r in await stats.fetch(_CALLS)}
+        out["admission_flushes"] = after_admissions - before
+        out["usage_flushes"] = await _flushes(stats, pool) - after_admissions
+        out["tokens"] = await stats.fetchval("SELECT input_tokens + output_tokens FROM tasks WHERE id = $1", token)
+        return out
+    finally:
+        await pool.close()
+        await stats.close()
+
+
+def test_an_admission_commit_waits_for_the_disk_and_usage_accounting_does_not(routes):
+    """Each admission's commit flushes the WAL (the reservation survives a crash of
+    PostgreSQL); a response's usage is one statement that commits without waiting."""
+    seen = asyncio.run(_flushes_and_calls(routes["direct"], 30))
+    assert seen["admission_flushes"] >= 30, seen
+    assert seen["usage_flushes"] <= 10, seen  # the WAL writer's own flushes, every 200 ms
+    assert seen["usage_calls"] == {"UPDATE": 30}, seen
+    assert seen["tokens"] == 30 * 15

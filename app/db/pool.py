@@ -9,7 +9,7 @@ Commit durability: every commit waits for its WAL to reach the disk (PostgreSQL'
 default ``synchronous_commit = on``), so an admitted reservation survives a crash of
 PostgreSQL before any byte goes upstream. Only the post-response accounting (usage,
 ledger rows, stream events) opts out, with ``SET LOCAL synchronous_commit = off`` inside
-its own transactions (:func:`relaxed`): a PostgreSQL crash can lose the last ~0.6 s of
+its own transactions (:func:`relaxed`, :data:`RELAXED_COMMIT`): a PostgreSQL crash can lose the last ~0.6 s of
 those (at most 3 × ``wal_writer_delay``). See
 https://www.postgresql.org/docs/current/wal-async-commit.html.
 
@@ -83,6 +83,13 @@ async def durable(conn: asyncpg.Connection) -> None:
     """Make the current transaction's commit wait for the disk (latches, admin changes),
     even where an operator turned ``synchronous_commit`` off for the database."""
     await conn.execute("SET LOCAL synchronous_commit = on")
+
+
+#: A ``FROM`` item that makes the transaction it runs in commit without waiting for the
+#: disk: :func:`relaxed` inside one statement, for a statement that is its own
+#: transaction (one round trip instead of ``BEGIN``, ``SET LOCAL``, the statement,
+#: ``COMMIT``). ``set_config(..., true)`` is ``SET LOCAL``; it ends with the transaction.
+RELAXED_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true)) AS relaxed_commit"
 
 
 async def relaxed(conn: asyncpg.Connection) -> None:

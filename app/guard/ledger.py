@@ -35,7 +35,7 @@ import asyncpg
 from app.admission.cost import Settlement
 from app.db import tasks as task_rows
 from app.db.bounds import ledger_text
-from app.db.pool import relaxed
+from app.db.pool import RELAXED_COMMIT, relaxed
 from app.guard import conversations
 from app.guard.conversation_rules import repeated_response
 from app.guard.detector import Action, CallRecord, Thresholds, Verdict, detect, window_size
@@ -80,7 +80,8 @@ _COUNT_CALLS = (
 _TASK_FOR_ANSWER = "SELECT status, loop_guard FROM tasks WHERE id = $1"
 _ADD_USAGE = (
     "UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,"
-    " cost_usd = cost_usd + $4, reserved_usd = reserved_usd - $5, updated_at = now() WHERE id = $1"
+    " cost_usd = cost_usd + $4, reserved_usd = reserved_usd - $5, updated_at = now()"
+    f" FROM {RELAXED_COMMIT} WHERE id = $1"
 )
 
 
@@ -228,10 +229,8 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
     counters = _counters(usage, settlement)
     async with pool.acquire() as conn:
         if not summary.tool_calls:
-            if counters is not None:
-                async with conn.transaction():
-                    await relaxed(conn)
-                    await conn.execute(_ADD_USAGE, task_id, *counters)
+            if counters is not None:  # one statement, its own (relaxed) transaction
+                await conn.execute(_ADD_USAGE, task_id, *counters)
             if summary.text_sha256 is None or not settings.loop_guard_enabled:
                 return None
             return await _record_answer(conn, task_id, conversation_key, summary.text_sha256, settings)
