@@ -6,7 +6,7 @@
   an incremental SSE decoder feeds the wire format's observer (tool calls, usage,
   progress); an incomplete trailing event is held back until its blank line arrives,
   so a cut never splices the terminal error into half an event. The **stream-silence
-  watchdog** is an ``asyncio.timeout_at`` around each
+  watchdog** (:class:`app.proxy.read_deadline.ReadDeadline`) bounds each
   upstream read: before the first content event the deadline is
   ``stream_first_event_timeout_s`` from the start, after it ``stream_idle_timeout_s``
   from the last data event. Heartbeats (SSE comments, Anthropic ``ping``) are relayed
@@ -55,6 +55,7 @@ from app.errors import ANTHROPIC_ERROR_TYPES, GatewayError, render_error, wire_s
 from app.guard.repeated_output import OutputMonitor
 from app.proxy.open_requests import OpenRequests
 from app.proxy.outcome import Outcome, Watchdog
+from app.proxy.read_deadline import ReadDeadline
 from app.proxy.redact import Redactor
 from app.proxy.usage_chunk import strip_usage_chunks
 from app.proxy.upstream import response_headers
@@ -90,7 +91,7 @@ class RelayResponse(Response):
         self.background = None
         self._task: asyncio.Future | None = None  # the relay, while it runs
         self._stop: GatewayError | None = None  # set by cut()
-        self._reading: asyncio.Timeout | None = None  # the stream read in progress
+        self._watch: ReadDeadline | None = None  # the stream's read deadline
         self._streaming = self._ended = False
         self._untrack: Callable[[], None] | None = None
 
@@ -126,11 +127,8 @@ class RelayResponse(Response):
         if not self._response_started:
             if self._task is not None:
                 self._task.cancel()
-        elif self._reading is not None:
-            try:
-                self._reading.reschedule(asyncio.get_running_loop().time())
-            except RuntimeError:  # between two reads: the loop sees _stop before the next
-                pass
+        elif self._watch is not None:  # between two reads the loop sees _stop before the next
+            self._watch.expire()
         return True
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
@@ -152,6 +150,8 @@ class RelayResponse(Response):
                 self.outcome.kind = "disconnected"
         finally:
             self._ended = True
+            if self._watch is not None:
+                self._watch.close()
             if self._untrack is not None:
                 self._untrack()
             watch.cancel()
@@ -244,7 +244,8 @@ class RelayResponse(Response):
         wd = self.watchdog
         observer = self._observer = self.fmt.stream_observer()
         decoder = SSEDecoder()
-        deadline = started + wd.first_event_timeout_s if wd.first_event_timeout_s else None
+        watch = self._watch = ReadDeadline(started + wd.first_event_timeout_s if wd.first_event_timeout_s else None)
+        read = chunks.__anext__
         first_content_at: float | None = None
         last_data_at: float | None = None
         ended_at: float | None = None  # when upstream's terminal event arrived
@@ -259,8 +260,7 @@ class RelayResponse(Response):
                     end = ("stopped", self._stop.code or "stopped", self._stop.message)
                 break
             try:
-                async with asyncio.timeout_at(deadline) as self._reading:
-                    chunk = await chunks.__anext__()
+                chunk = await watch.read(read)
             except StopAsyncIteration:
                 if held:  # upstream closed after bytes without their blank line
                     ended_at, count = _close_held(decoder, observer, ended_at, loop.time())
@@ -335,7 +335,7 @@ class RelayResponse(Response):
                 else:
                     continue
                 if first_content_at is not None:
-                    deadline = resumed_at + wd.idle_timeout_s if wd.idle_timeout_s else None
+                    watch.deadline = resumed_at + wd.idle_timeout_s if wd.idle_timeout_s else None
             if repeating and not terminal:  # an answer already relayed whole is not cut
                 end = ("repeated_output", "repeated_output",
                        "The model kept repeating the same passage in this answer; taskgate cut the "
@@ -343,10 +343,11 @@ class RelayResponse(Response):
                 break
             if terminal:  # more may follow (Responses: error, then response.failed; [DONE])
                 ended_at = resumed_at
-                deadline = resumed_at + wd.close_grace_s
-            elif deadline is not None:
-                deadline += resumed_at - paused_at  # a slow client is not a silent upstream
+                watch.deadline = resumed_at + wd.close_grace_s
+            elif watch.deadline is not None:
+                watch.deadline += resumed_at - paused_at  # a slow client is not a silent upstream
         self._ended = True
+        watch.close()
         summary = observer.summary()
         summary.text_sha256 = self.monitor.text_sha256() if self.monitor is not None else None
         self.outcome.summary = summary

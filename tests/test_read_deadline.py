@@ -1,0 +1,68 @@
+"""The stream watchdog's clock (app.proxy.read_deadline): one timer per stream, reads
+cancelled when the deadline passes, never anything else. Short deadlines, generous
+bounds."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.proxy.read_deadline import ReadDeadline
+
+
+def _never() -> asyncio.Future:
+    return asyncio.get_running_loop().create_future()
+
+
+async def test_a_silent_read_times_out_at_the_deadline() -> None:
+    loop = asyncio.get_running_loop()
+    watch = ReadDeadline(loop.time() + 0.05)
+    with pytest.raises(TimeoutError):
+        await watch.read(_never)
+    assert asyncio.current_task().cancelling() == 0  # the cancellation was ours, and undone
+
+
+async def test_moving_the_deadline_during_a_read_keeps_it_alive() -> None:
+    loop = asyncio.get_running_loop()
+    watch = ReadDeadline(loop.time() + 0.05)
+    data = loop.create_future()
+    loop.call_later(0.02, lambda: setattr(watch, "deadline", loop.time() + 0.3))
+    loop.call_later(0.15, data.set_result, b"late but in time")
+    assert await watch.read(lambda: data) == b"late but in time"
+    watch.close()
+
+
+async def test_a_deadline_passed_between_reads_times_out_the_next_one_without_waiting() -> None:
+    loop = asyncio.get_running_loop()
+    watch = ReadDeadline(loop.time() + 0.01)
+    await asyncio.sleep(0.05)  # e.g. sending to a slow client: nothing is cancelled
+    with pytest.raises(TimeoutError):
+        await watch.read(_never)
+
+
+async def test_expire_ends_the_read_in_progress() -> None:
+    watch = ReadDeadline(None)
+    asyncio.get_running_loop().call_later(0.02, watch.expire)
+    with pytest.raises(TimeoutError):
+        await watch.read(_never)
+
+
+async def test_a_cancellation_from_elsewhere_is_not_taken_for_a_timeout() -> None:
+    async def reader() -> bytes:
+        watch = ReadDeadline(asyncio.get_running_loop().time() + 60)
+        return await watch.read(_never)
+
+    task = asyncio.ensure_future(reader())
+    await asyncio.sleep(0.01)
+    task.cancel()  # the client left
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_read_errors_pass_through() -> None:
+    async def broken() -> bytes:
+        raise ConnectionResetError
+
+    with pytest.raises(ConnectionResetError):
+        await ReadDeadline(None).read(broken)
