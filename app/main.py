@@ -39,6 +39,7 @@ from app.errors import GatewayError, unavailable
 from app.fault_log import faults
 from app.proxy.auth import KnownTokens
 from app.proxy.endpoints import DEFAULT_ENDPOINTS, parse_endpoints
+from app.proxy.lane import ProxyLane
 from app.proxy.open_requests import OpenRequests
 from app.proxy.redact import Redactor, provider_keys
 from app.proxy.routes import error_response
@@ -114,6 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.redactor = Redactor(provider_keys(settings, app.state.gateway_config.providers.values()))
     app.include_router(admin_router)
     app.router.routes.extend(proxy_routes)
+    app.add_middleware(ProxyLane)  # inside the request-id middleware console.install adds
     console.install(app, settings)
 
     @app.get("/healthz", tags=["health"])
