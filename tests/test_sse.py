@@ -148,7 +148,9 @@ def test_any_stream_split_anywhere_decodes_like_the_spec(
 ) -> None:
     text = ""
     expected: list[tuple[str, str]] = []
+    pieces: list[bytes] = []  # one chunk per event, as providers usually send them
     for name, lines, comment in events:
+        start = len(text.encode())
         if name:
             text += f"event: {name}{eol}"
         if comment:
@@ -156,11 +158,13 @@ def test_any_stream_split_anywhere_decodes_like_the_spec(
         for line in lines:
             text += f"data: {line}{eol}"
         text += eol
+        pieces.append(text.encode()[start:])
         if lines:
             expected.append((name, "\n".join(lines)))
     raw = text.encode()
     assert _decode(_cut(raw, cuts)) == expected
     assert _decode([raw]) == expected
+    assert _decode(pieces) == expected
 
 
 def test_line_splitter_and_sse_sniffing() -> None:

@@ -77,6 +77,11 @@ class LineSplitter:
             self.buffer = [last]
         return lines
 
+    @property
+    def idle(self) -> bool:
+        """No part of a line is held back."""
+        return not self.buffer and not self._trailing_cr
+
     def flush(self) -> list[str]:
         """End of input: the unterminated last line, if any (``[]`` otherwise)."""
         if not self.buffer and not self._trailing_cr:
@@ -142,6 +147,11 @@ class SSEDecoder:
 
         Raises :class:`SSEEventTooLarge` when the pending event passes the bound.
         """
+        if chunk[:6] == b"data: " and chunk.find(b"\n") == len(chunk) - 2 and chunk[-1] == 10 \
+                and b"\r" not in chunk and chunk.isascii() and len(chunk) - 7 <= self._max \
+                and not self._data and not self._event and not self._at_start and not self._utf8_pending \
+                and self._lines.idle:  # the usual chunk: one whole "data: ..." event, nothing pending
+            return [("", chunk[6:-2].decode("ascii"))]
         if not self._utf8_pending and chunk.isascii():
             text = chunk.decode("ascii")
         else:
