@@ -7,6 +7,8 @@
 - ``taskgate_workers``: as ``taskgate_embedded`` (same database and tasks), with
   ``--workers N`` gateway processes (N from the suite's ``--workers``; latency
   figure only).
+- ``bare_relay``: client → a bare uvicorn + aiohttp relay → upstream: no gateway
+  logic at all, the floor for a Python relay on this stack (:mod:`bench.bare_relay`).
 - ``portkey``: client → Portkey gateway (Node) → upstream (non-streaming figures).
 - ``litellm``: client → LiteLLM proxy → upstream (master key, no database).
 """
@@ -26,10 +28,11 @@ LABELS = {
     "taskgate_embedded": "taskgate, embedded PG",
     "taskgate_workers": "taskgate, N workers, embedded PG",
     "taskgate_server": "taskgate, PG server",
+    "bare_relay": "bare relay (uvicorn + aiohttp, no gateway logic)",
     "portkey": "Portkey gateway",
     "litellm": "LiteLLM proxy",
 }
-ORDER = ("direct", "taskgate_embedded", "taskgate_workers", "taskgate_server", "portkey", "litellm")
+ORDER = ("direct", "taskgate_embedded", "taskgate_workers", "taskgate_server", "bare_relay", "portkey", "litellm")
 TASKGATE = ("taskgate_embedded", "taskgate_server")
 """The taskgate paths every taskgate figure runs on."""
 

@@ -172,7 +172,7 @@ def memory(paths: list[Path], cfg: Config, repeat: int) -> list[Record]:
     open − RSS before) ÷ streams still open when RSS was read. The fresh processes
     start together (LiteLLM takes ~20 s) and each is stopped right after its
     measurement, which also ends its held upstream streams."""
-    targets = [p for p in paths if p.key in ("taskgate_embedded", "litellm") and p.fresh_proxy is not None]
+    targets = [p for p in paths if p.key in ("taskgate_embedded", "bare_relay", "litellm") and p.fresh_proxy is not None]
     started: dict[str, Any] = {}
 
     def start(p: Path) -> None:

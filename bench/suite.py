@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from pathlib import Path as FsPath
 from typing import Any
 
-from bench import litellm_proxy, portkey, scenarios
+from bench import bare_relay, litellm_proxy, portkey, scenarios
 from bench.config import FIGURES, Config
 from bench.metrics import PgBackends, machine
 from bench.paths import ORDER, Path
@@ -100,6 +100,7 @@ class Suite:
             self._setup_taskgate("taskgate_server", upstream)
         else:
             self.paths["taskgate_server"].unavailable = "not asked for (--server-pg)"
+        self._setup_bare_relay(upstream)
         self._setup_portkey(upstream)
 
         if litellm is not None:
@@ -154,6 +155,19 @@ class Suite:
         p.port, p.proxy, p.upstream, p.pg = gw.port, gw, upstream, base.pg
         p.hot_token, p.spread_tokens, p.database_url = base.hot_token, base.spread_tokens, base.database_url
         log(f"taskgate_workers: {self.cfg.workers} workers on :{gw.port}")
+
+    def _setup_bare_relay(self, upstream: Service) -> None:
+        p = self.paths["bare_relay"]
+        p.figures = frozenset({"latency", "stream", "relay_cpu", "memory"})
+        try:
+            svc = bare_relay.start(upstream, self.tmp)
+        except Unavailable as exc:
+            p.unavailable = f"did not start: {exc}"
+            return
+        self.services.append(svc)
+        p.port, p.proxy, p.upstream, p.hot_token = svc.port, svc, upstream, "x"
+        p.fresh_proxy = lambda: bare_relay.start(upstream, self.tmp)
+        log(f"bare relay on :{svc.port}")
 
     def _setup_portkey(self, upstream: Service) -> None:
         p = self.paths["portkey"]
