@@ -26,6 +26,7 @@ import json
 import asyncpg
 
 from app.settings import Settings
+from app.wire import json_text
 
 
 def asyncpg_dsn(database_url: str) -> str:
@@ -36,7 +37,7 @@ def asyncpg_dsn(database_url: str) -> str:
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
     for type_name in ("json", "jsonb"):
-        await conn.set_type_codec(type_name, encoder=json.dumps, decoder=json.loads,
+        await conn.set_type_codec(type_name, encoder=json.dumps, decoder=json_text.loads,
                                   schema="pg_catalog")
 
 

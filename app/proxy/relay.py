@@ -44,7 +44,6 @@ client has its last byte (accounting never delays the relay).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import AsyncIterator, Awaitable, Callable
 
@@ -59,6 +58,7 @@ from app.proxy.read_deadline import ReadDeadline
 from app.proxy.redact import Redactor
 from app.proxy.usage_chunk import strip_usage_chunks
 from app.proxy.upstream import response_headers
+from app.wire import json_text
 from app.wire.base import EventKind, StreamObserver, WireFormat
 from app.proxy.sniff import sniff_stream
 from app.wire.sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, SSEEventTooLarge, event_boundary
@@ -228,7 +228,7 @@ class RelayResponse(Response):
         await send({"type": "http.response.body", "body": self.redact(body), "more_body": False})
         if upstream.status_code == 200 and body[:1] == b"{":
             try:
-                parsed = json.loads(body)
+                parsed = json_text.loads(body)
                 self.outcome.summary = self.fmt.parse_response(parsed)
             except ValueError:
                 pass

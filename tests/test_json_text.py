@@ -1,0 +1,64 @@
+"""app.wire.json_text parses exactly as json.loads does (orjson underneath where that
+gives the same answer): same values, same types, same errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.wire import json_text
+
+_SCALARS = st.one_of(
+    st.none(), st.booleans(), st.text(max_size=20),
+    st.integers(min_value=-(2**70), max_value=2**70),  # past 64 bits both ways
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+_VALUES = st.recursive(_SCALARS, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)), max_leaves=20)
+
+
+def _same(text: str | bytes) -> None:
+    try:
+        expected = json.loads(text)
+    except Exception as exc:  # noqa: BLE001
+        with pytest.raises(type(exc)):
+            json_text.loads(text)
+        return
+    got = json_text.loads(text)
+    assert json.dumps(got) == json.dumps(expected)  # NaN-safe, and int stays int
+    assert _types(got) == _types(expected)
+
+
+def _types(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _types(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_types(v) for v in value]
+    return type(value).__name__
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_any_json_value_parses_to_the_same_value_and_types(value: object) -> None:
+    text = json.dumps(value)
+    _same(text)
+    _same(text.encode())
+
+
+@pytest.mark.parametrize("text", [
+    "18446744073709551616", "-9223372036854775809", "123456789012345678901234567890",
+    "[NaN, Infinity, -Infinity]", "1e400", '"\\ud800"', "\ufeff{}", '{"a": 1, "a": 2}',
+    "[1,]", "{", "", "  7 ", '"\x01"', "0.1234567890123456789",
+])
+def test_the_edges_where_orjson_and_json_differ_answer_as_json(text: str) -> None:
+    _same(text)
+    _same(text.encode("utf-8", "surrogatepass"))
+    _same(text.encode("utf-16"))
+
+
+def test_nan_is_still_read() -> None:
+    assert math.isnan(json_text.loads("NaN"))
