@@ -52,9 +52,9 @@ class Config:
     warm_requests: int = 20
     """Untimed requests per path and response shape before the first repeat
     (LiteLLM's first requests import code lazily and take seconds)."""
-    time_budget_s: float = 500.0
+    time_budget_s: float = 900.0
     """Hard ceiling: no repeat starts that would end (judged by the last one's
-    length) after this many seconds of measurement; keeps a full run near 10
+    length) after this many seconds of measurement; keeps a full run near 15
     minutes with set-up."""
     durable_concurrencies: tuple[int, ...] = (1, 16)
     """The durable reservation's cost: non-streaming runs at these c with the
