@@ -254,14 +254,14 @@ async def run_hold(spec: Spec) -> dict[str, Any]:
                 fail(type(exc).__name__)
                 return
             conns.append(conn)
-            conn.future = loop.create_future()
+            answer = conn.future = loop.create_future()  # conn.future is cleared when the answer ends
             conn.first = loop.create_future()
             t0 = time.perf_counter()
             conn.transport.write(requests[i % len(requests)])  # type: ignore[union-attr]
             await conn.first
-            if conn.future.done():  # the whole answer came (or the connection broke): not held
-                exc = conn.future.exception()
-                fail(type(exc).__name__ if exc else f"finished_http_{conn.future.result()[0]}")
+            if answer.done():  # the whole answer came (or the connection broke): not held
+                exc = answer.exception()
+                fail(type(exc).__name__ if exc else f"finished_http_{answer.result()[0]}")
             elif conn.status != 200:
                 fail(f"http_{conn.status}")
             else:
