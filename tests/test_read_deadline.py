@@ -66,3 +66,17 @@ async def test_read_errors_pass_through() -> None:
 
     with pytest.raises(ConnectionResetError):
         await ReadDeadline(None).read(broken)
+
+
+async def test_a_deadline_brought_closer_between_reads_is_kept() -> None:
+    """The terminal event's close grace is shorter than the idle timeout before it."""
+    loop = asyncio.get_running_loop()
+    watch = ReadDeadline(loop.time() + 60)
+    data = loop.create_future()
+    loop.call_soon(data.set_result, b"terminal event")
+    assert await watch.read(lambda: data) == b"terminal event"
+    watch.deadline = loop.time() + 0.05
+    started = loop.time()
+    with pytest.raises(TimeoutError):
+        await watch.read(_never)
+    assert loop.time() - started < 5

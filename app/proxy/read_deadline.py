@@ -2,9 +2,10 @@
 
 ``asyncio.timeout_at`` around every read of a stream schedules and cancels a timer per
 chunk (about a tenth of the relay's CPU per chunk, measured). :class:`ReadDeadline`
-keeps one timer per stream instead: the deadline moves by assignment (each content
-event pushes it forward), and the timer, when it fires before the deadline, re-arms
-itself for the deadline's new value. When the deadline has passed during a read, that
+keeps one timer per stream instead: the deadline moves by assignment between reads
+(each content event pushes it forward); the timer, when it fires before the
+deadline, re-arms itself for the deadline's new value, and a read re-arms it when the
+deadline came closer (the terminal event's close grace). When the deadline has passed during a read, that
 read is cancelled and :meth:`ReadDeadline.read` raises ``TimeoutError``; a deadline
 that passes between reads (while a chunk is being sent to a slow client) is noticed
 at the next read. Only a read is ever cancelled, never a write to the client.
@@ -20,13 +21,14 @@ class ReadDeadline:
     """Deadline (event-loop time, ``None``: none) for the reads of the task that
     created it (see the module docstring)."""
 
-    __slots__ = ("deadline", "_loop", "_task", "_handle", "_reading", "_fired")
+    __slots__ = ("deadline", "_loop", "_task", "_handle", "_armed_for", "_reading", "_fired")
 
     def __init__(self, deadline: float | None) -> None:
         self.deadline = deadline
         self._loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()
         self._handle: asyncio.TimerHandle | None = None
+        self._armed_for = 0.0  # when the timer fires
         self._reading = False
         self._fired = False
 
@@ -38,8 +40,8 @@ class ReadDeadline:
         if deadline is not None:
             if self._loop.time() >= deadline:
                 raise TimeoutError
-            if self._handle is None:
-                self._handle = self._loop.call_at(deadline, self._check)
+            if self._handle is None or deadline < self._armed_for:  # none yet, or the deadline came closer
+                self._arm(deadline)
         self._reading = True
         try:
             return await read()
@@ -65,13 +67,18 @@ class ReadDeadline:
             self._handle.cancel()
             self._handle = None
 
+    def _arm(self, deadline: float) -> None:
+        self.close()
+        self._handle = self._loop.call_at(deadline, self._check)
+        self._armed_for = deadline
+
     def _check(self) -> None:
         self._handle = None
         deadline = self.deadline
         if deadline is None:
             return
         if self._loop.time() < deadline:  # moved on since the timer was armed
-            self._handle = self._loop.call_at(deadline, self._check)
+            self._arm(deadline)
         else:
             self._fire()
 
