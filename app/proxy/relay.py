@@ -50,12 +50,13 @@ from typing import AsyncIterator, Awaitable, Callable
 import httpx
 from starlette.responses import Response
 
-from app.errors import ANTHROPIC_ERROR_TYPES, GatewayError, render_error, wire_status
+from app.errors import GatewayError, render_error, wire_status
 from app.guard.repeated_output import OutputMonitor
 from app.proxy.open_requests import OpenRequests
 from app.proxy.outcome import Outcome, Watchdog
 from app.proxy.read_deadline import ReadDeadline
 from app.proxy.redact import Redactor
+from app.proxy.stream_end import End, close_held, error_type, silence_end
 from app.proxy.usage_chunk import strip_usage_chunks
 from app.proxy.upstream import response_headers
 from app.wire import json_text
@@ -180,15 +181,8 @@ class RelayResponse(Response):
         try:
             async with asyncio.timeout_at(headers_deadline):
                 upstream = await self.client.send(self.request, stream=True)
-        except TimeoutError:
-            raise self._fail("upstream_timeout", 504, "upstream_timeout",
-                             "The upstream provider did not answer in time.") from None
-        except httpx.TimeoutException:
-            raise self._fail("upstream_timeout", 504, "upstream_timeout",
-                             "The upstream provider did not answer in time.") from None
-        except httpx.HTTPError as exc:
-            raise self._fail("upstream_unreachable", 502, "upstream_unreachable",
-                             f"The upstream provider could not be reached ({type(exc).__name__}).") from None
+        except (TimeoutError, httpx.HTTPError) as exc:
+            raise self._failed(exc, "did not answer in time", "upstream_unreachable") from None
         try:
             self.outcome.status = upstream.status_code
             chunks = None
@@ -197,12 +191,8 @@ class RelayResponse(Response):
             elif self.stream_requested and upstream.is_success:
                 try:
                     is_stream, sniffed = await sniff_stream(upstream, headers_deadline)
-                except TimeoutError:
-                    raise self._fail("upstream_timeout", 504, "upstream_timeout",
-                                     "The upstream provider did not answer in time.") from None
-                except httpx.HTTPError as exc:
-                    raise self._fail("truncated", 502, "upstream_error",
-                                     f"The upstream response broke off ({type(exc).__name__}).") from None
+                except (TimeoutError, httpx.HTTPError) as exc:
+                    raise self._failed(exc, "did not answer in time") from None
                 chunks, self._body_chunks = (sniffed, None) if is_stream else (None, sniffed)
             if chunks is not None:
                 await self._relay_stream(send, upstream, started, chunks)
@@ -218,12 +208,8 @@ class RelayResponse(Response):
                     body = await upstream.aread()
                 else:
                     body = b"".join([chunk async for chunk in self._body_chunks])
-        except TimeoutError:
-            raise self._fail("upstream_timeout", 504, "upstream_timeout",
-                             "The upstream provider did not finish its response in time.") from None
-        except httpx.HTTPError as exc:
-            raise self._fail("truncated", 502, "upstream_error",
-                             f"The upstream response broke off ({type(exc).__name__}).") from None
+        except (TimeoutError, httpx.HTTPError) as exc:
+            raise self._failed(exc, "did not finish its response in time") from None
         await self._start(send, upstream)
         await send({"type": "http.response.body", "body": self.redact(body), "more_body": False})
         if upstream.status_code == 200 and body[:1] == b"{":
@@ -251,7 +237,7 @@ class RelayResponse(Response):
         ended_at: float | None = None  # when upstream's terminal event arrived
         relayed_bytes = relayed_events = 0
         held = bytearray()  # an incomplete trailing event: relayed once complete (or at the close)
-        end: tuple[str, str, str] | None = None  # (outcome kind, code, message)
+        end: End | None = None
         self._streaming = True
         await self._start(send, upstream)
         while True:
@@ -263,24 +249,17 @@ class RelayResponse(Response):
                 chunk = await watch.read(read)
             except StopAsyncIteration:
                 if held:  # upstream closed after bytes without their blank line
-                    ended_at, count = _close_held(decoder, observer, ended_at, loop.time())
+                    ended_at, count = close_held(decoder, observer, ended_at, loop.time())
                     relayed_events += count
                     if ended_at is not None:  # nothing is appended: relay them as received
                         await send({"type": "http.response.body", "body": self.redact(bytes(held)), "more_body": True})
                         relayed_bytes += len(held)
                 break
             except TimeoutError:
-                if ended_at is not None:  # after the terminal event: close it ourselves, append nothing
-                    if self._stop is None:
-                        self.outcome.detail["closed_after_grace"] = True
-                elif self._stop is not None:
-                    end = ("stopped", self._stop.code or "stopped", self._stop.message)
-                elif first_content_at is None:
-                    end = ("stalled", "stream_first_event_timeout",
-                           f"The upstream stream sent no content within {wd.first_event_timeout_s:g} s; taskgate closed it.")
-                else:
-                    end = ("stalled", "stream_idle_timeout",
-                           f"The upstream stream went silent for {wd.idle_timeout_s:g} s after it started; taskgate closed it.")
+                if ended_at is None:
+                    end = silence_end(wd, self._stop, first_content_at is not None)
+                elif self._stop is None:  # after the terminal event: close it ourselves, append nothing
+                    self.outcome.detail["closed_after_grace"] = True
                 break
             except httpx.HTTPError as exc:
                 if ended_at is None:
@@ -365,11 +344,7 @@ class RelayResponse(Response):
             await upstream.aclose()
             self.outcome.kind = kind
             self.outcome.detail["code"] = code
-            etype = {"stalled": "upstream_stalled", "repeated_output": "task_stopped"}.get(kind, "upstream_error")
-            if self._stop is not None and kind == "stopped":
-                etype = self._stop.type
-            if self.fmt.name == "anthropic_messages":
-                etype = ANTHROPIC_ERROR_TYPES.get(wire_status(self.fmt.name, self._stop), "api_error") if kind == "stopped" else "api_error"
+            etype = error_type(self.fmt.name, kind, self._stop)
             error = self.fmt.stream_error(message, etype, code, observer=observer)
             await send({"type": "http.response.body", "body": error, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -390,7 +365,19 @@ class RelayResponse(Response):
             self.outcome.detail["repeated_output"] = monitor.detail
         return detected
 
-    def _fail(self, kind: str, status: int, code: str, message: str) -> GatewayError:
+    def _failed(self, exc: Exception, late: str, broken: str = "truncated") -> GatewayError:
+        """The error for an exchange that failed before its response started: a
+        timeout is 504 ``upstream_timeout`` (upstream ``late``); any other error 502,
+        ``upstream_unreachable`` before the response head, else ``upstream_error``
+        (the response broke off). Recorded in the outcome."""
+        if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
+            kind, status, code, message = "upstream_timeout", 504, "upstream_timeout", f"The upstream provider {late}."
+        elif broken == "upstream_unreachable":
+            kind, status, code = broken, 502, broken
+            message = f"The upstream provider could not be reached ({type(exc).__name__})."
+        else:
+            kind, status, code = broken, 502, "upstream_error"
+            message = f"The upstream response broke off ({type(exc).__name__})."
         self.outcome.kind = kind
         self.outcome.status = status
         self.outcome.detail["code"] = code
@@ -409,18 +396,6 @@ class RelayResponse(Response):
         body, headers = render_error(self.fmt, err)
         await send({"type": "http.response.start", "status": wire_status(self.fmt.name, err), "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-def _close_held(decoder: SSEDecoder, observer: StreamObserver, ended_at: float | None,
-                now: float) -> tuple[float | None, int]:
-    """Upstream closed with bytes after its last blank line: read them as the event a
-    blank line would have dispatched. Returns when the stream's terminal event came
-    (``now`` if these bytes complete it) and how many events they held."""
-    events = decoder.feed(b"\n\n")
-    for event, data in events:
-        if observer.feed(event, data) is EventKind.TERMINAL and ended_at is None:
-            ended_at = now
-    return ended_at, len(events)
 
 
 async def _wait_for_disconnect(receive: Callable) -> None:
