@@ -184,11 +184,14 @@ TASK_LIMITS = {
     "request_limit": 10**12,
     "stream_idle_timeout_s": 3600,
     "stream_first_event_timeout_s": 3600,
-    "loop_guard": {"identical_streak": 1_000_000, "failure_streak": 1_000_000, "cycle_repeats": 1_000_000},
+    "loop_guard": {"identical_streak": 1_000_000, "failure_streak": 1_000_000, "cycle_repeats": 1_000_000,
+                   "empty_result_streak": 1_000_000, "response_repeats": 1_000_000},
 }
 """Every benchmark task: effectively unlimited requests, a watchdog that never cuts
 a held stream, and loop-guard thresholds the synthetic agent turns never reach (the
-guard still records and judges every tool result)."""
+guard still records and judges every tool result and every answer; the history
+figure resends one conversation, whose identical answers would otherwise latch
+``repeated_response`` after five)."""
 
 
 def create_tasks(gateway: Service, n: int) -> list[str]:
