@@ -16,7 +16,7 @@ import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path as FsPath
-from typing import Any
+from typing import Any, Callable
 
 from bench import bare_relay, litellm_proxy, portkey, scenarios
 from bench.config import FIGURES, Config
@@ -156,16 +156,24 @@ class Suite:
         p.hot_token, p.spread_tokens, p.database_url = base.hot_token, base.spread_tokens, base.database_url
         log(f"taskgate_workers: {self.cfg.workers} workers on :{gw.port}")
 
+    def _attach(self, p: Path, start: Callable[[], Service], upstream: Service, name: str) -> Service | None:
+        """Start the relay process of ``p`` (no database, no tokens); ``None``, with
+        the reason on ``p``, when it does not start."""
+        try:
+            svc = start()
+        except Unavailable as exc:
+            p.unavailable = f"{name} did not start: {exc}"
+            return None
+        self.services.append(svc)
+        p.port, p.proxy, p.upstream, p.hot_token = svc.port, svc, upstream, "x"
+        return svc
+
     def _setup_bare_relay(self, upstream: Service) -> None:
         p = self.paths["bare_relay"]
         p.figures = frozenset({"latency", "stream", "relay_cpu", "memory"})
-        try:
-            svc = bare_relay.start(upstream, self.tmp)
-        except Unavailable as exc:
-            p.unavailable = f"did not start: {exc}"
+        svc = self._attach(p, lambda: bare_relay.start(upstream, self.tmp), upstream, "the bare relay")
+        if svc is None:
             return
-        self.services.append(svc)
-        p.port, p.proxy, p.upstream, p.hot_token = svc.port, svc, upstream, "x"
         p.fresh_proxy = lambda: bare_relay.start(upstream, self.tmp)
         log(f"bare relay on :{svc.port}")
 
@@ -180,14 +188,10 @@ class Suite:
             p.unavailable = how
             log(f"portkey unavailable: {how}")
             return
-        try:
-            svc = portkey.start(node, self.tmp)
-        except Unavailable as exc:
-            p.unavailable = f"Portkey did not start: {exc}"
+        svc = self._attach(p, lambda: portkey.start(node, self.tmp), upstream, "Portkey")
+        if svc is None:
             return
-        self.services.append(svc)
         self.info["versions"]["portkey"] = how
-        p.port, p.proxy, p.upstream, p.hot_token = svc.port, svc, upstream, "x"
         p.headers = portkey.headers(upstream)
         p.notes.append(portkey.STREAMS_NOTE)
         log(f"portkey on :{svc.port} ({how})")
