@@ -182,7 +182,7 @@ class RelayResponse(Response):
             async with asyncio.timeout_at(headers_deadline):
                 upstream = await self.client.send(self.request, stream=True)
         except (TimeoutError, httpx.HTTPError) as exc:
-            raise self._failed(exc, "did not answer in time", "upstream_unreachable") from None
+            raise self._failed(exc, "did not answer in time", unreachable=True) from None
         try:
             self.outcome.status = upstream.status_code
             chunks = None
@@ -365,19 +365,19 @@ class RelayResponse(Response):
             self.outcome.detail["repeated_output"] = monitor.detail
         return detected
 
-    def _failed(self, exc: Exception, late: str, broken: str = "truncated") -> GatewayError:
-        """The error for an exchange that failed before its response started: a
-        timeout is 504 ``upstream_timeout`` (upstream ``late``); any other error 502,
-        ``upstream_unreachable`` before the response head, else ``upstream_error``
-        (the response broke off). Recorded in the outcome."""
+    def _failed(self, exc: Exception, late: str, *, unreachable: bool = False) -> GatewayError:
+        """The error for an exchange that failed before its response started: 504
+        ``upstream_timeout`` for a timeout (upstream ``late``), else 502:
+        ``upstream_unreachable`` (``unreachable``) or ``upstream_error`` (the response
+        broke off). Recorded in the outcome."""
+        name = type(exc).__name__
         if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
             kind, status, code, message = "upstream_timeout", 504, "upstream_timeout", f"The upstream provider {late}."
-        elif broken == "upstream_unreachable":
-            kind, status, code = broken, 502, broken
-            message = f"The upstream provider could not be reached ({type(exc).__name__})."
+        elif unreachable:
+            kind, status, code = "upstream_unreachable", 502, "upstream_unreachable"
+            message = f"The upstream provider could not be reached ({name})."
         else:
-            kind, status, code = broken, 502, "upstream_error"
-            message = f"The upstream response broke off ({type(exc).__name__})."
+            kind, status, code, message = "truncated", 502, "upstream_error", f"The upstream response broke off ({name})."
         self.outcome.kind = kind
         self.outcome.status = status
         self.outcome.detail["code"] = code
