@@ -6,7 +6,7 @@ answer's prose one character at a time; when one window's text has been seen
 :data:`MAX_AVERAGE_GAP_CHARS` characters apart, the answer is looping.
 
 Pure: fed text deltas in order (:meth:`OutputMonitor.feed`), no I/O, no clock.
-Memory is bounded (the last :data:`_KEEP` analysed characters). Time: a few
+Memory is bounded (at most twice :data:`_KEEP` analysed characters). Time: a few
 :meth:`str.find` calls per :data:`_BATCH` characters of prose that is not repeating
 itself; prose that is gets each of its windows compared.
 
