@@ -48,6 +48,7 @@ from app.proxy.auth import require_known_token
 from app.proxy.inbound import CLOSE, check_headers, parse_json_object, read_body, token_from_headers
 from app.proxy.outcome import Watchdog
 from app.proxy.relay import RelayResponse
+from app.proxy.request_target import target
 from app.proxy.model_field import rewrite_model
 from app.proxy.providers import (
     configured_models,
@@ -125,7 +126,7 @@ def _upstream_request(request: Request, method: str, body: bytes | None,
     state = request.app.state
     try:
         return state.client.build_request(
-            method, upstream_url(provider, request.url.path, request.url.query), content=body,
+            method, upstream_url(provider, *target(request.scope)), content=body,
             headers=request_headers(provider, request.scope["headers"], state.settings.forward_proxy_headers))
     except (httpx.InvalidURL, ValueError) as exc:
         raise GatewayError(400, "invalid_request_error", "invalid_request",
@@ -139,7 +140,7 @@ async def proxy_post(request: Request) -> Response:
     state = request.app.state
     settings = state.settings
     endpoint = _endpoint(request)
-    path = request.url.path
+    path = request.scope["path"]  # what the allowlist matched (app.proxy.request_target)
     fmt = wire_format(path)
     headers, token = _checked_headers(request)
     pool = state.db
@@ -237,7 +238,7 @@ async def proxy_get(request: Request) -> Response:
     ``anthropic-version``."""
     state = request.app.state
     settings = state.settings
-    path = request.url.path
+    path = request.scope["path"]  # what the allowlist matched (app.proxy.request_target)
     kind = wire_kind(path, _headers(request))
     fmt = wire_format("/v1/messages" if kind == "anthropic" else path)
     try:
