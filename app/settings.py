@@ -73,7 +73,7 @@ class Settings(BaseSettings):
         default=5.0, description="Connect and statement timeout for admission queries."
     )
 
-    # --- database: replicas, PgBouncer, faults (see README "Faults") ------------
+    # --- database: replicas, PgBouncer, faults (see docs/faults.md) ------------
     migration_database_url: str | None = Field(
         default=None,
         description="postgresql+asyncpg:// URL used by `taskgate migrate` and start-up migrations "

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-json", type=Path, metavar="JSON",
                         help="re-render the markdown report of an earlier run's JSON, then exit")
     parser.add_argument("--readme", action="store_true",
-                        help="with --from-json: regenerate README.md's Performance table from that run instead")
+                        help="with --from-json: regenerate docs/performance.md's table from that run instead")
     parser.add_argument("--setup-litellm", action="store_true",
                         help="create bench/.venv-litellm with litellm[proxy] from PyPI, then exit")
     parser.add_argument("--setup-portkey", action="store_true",
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                                for k, v in doc["config"].items() if k in fields})
         figures = summary.summarize(doc["records"], cfg, doc["paths"])
         if args.readme:
-            readme = REPO / "README.md"
+            readme = REPO / "docs" / "performance.md"
             readme.write_text(report.update_readme(readme.read_text(), report.readme_table(figures, doc["meta"], cfg)))
             log(f"updated the Performance table in {readme}")
             return 0

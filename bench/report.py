@@ -1,5 +1,5 @@
 """The markdown report of a run: targets, then one section per figure; and the
-README's Performance table (:func:`readme_table`). Data comes from
+the Performance table of docs/performance.md (:func:`readme_table`). Data comes from
 :func:`bench.summary.summarize`."""
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ README_END = "<!-- bench:performance:end -->"
 
 
 def readme_table(s: dict[str, Any], meta: dict[str, Any], cfg: Config) -> str:
-    """README's Performance table: the targets with the Portkey and LiteLLM
+    """The Performance table (docs/performance.md): the targets with the Portkey and LiteLLM
     figures beside taskgate's, and the run they come from (machine, versions,
     date, load)."""
     from bench.targets import MAIN, find_row

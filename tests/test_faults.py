@@ -6,7 +6,7 @@ then restarted, never leaves upstream with more requests than were admitted.
 - A PostgreSQL server: a private throwaway cluster from the Debian binaries (never the
   machine's shared server on :5432), restarted by the test as systemd would.
 
-Recovery times are printed (``-s`` shows them) for README's Faults section.
+Recovery times are printed (``-s`` shows them) for docs/faults.md.
 """
 
 from __future__ import annotations

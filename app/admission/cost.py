@@ -37,7 +37,7 @@ USD_QUANTUM = Decimal("1e-10")
 REQUEST_OVERHEAD_TOKENS = 1_000
 #: Tokens reserved per media part. OpenAI's largest image costs about 1,500 tokens (high
 #: detail) to 2,500 (patch-based models); Anthropic's about 1,600. Multi-page documents
-#: referenced by URL or file id can cost more: see README (the one hole in the bound).
+#: referenced by URL or file id can cost more: see docs/cost-ceiling.md (the one hole in the bound).
 MEDIA_PART_TOKENS = 8_000
 #: ``"type": "<media>"`` in any request body shape (chat, Responses, Messages).
 _MEDIA_PART = re.compile(
