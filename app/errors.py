@@ -8,9 +8,12 @@ OpenAI endpoints get ``{"error": {"message", "type", "code", "param"}}``; Anthro
 from __future__ import annotations
 
 import json
-
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
+
+from app.db.errors import database_unreachable
+from app.fault_log import faults
 
 if TYPE_CHECKING:
     from app.wire.base import WireFormat
@@ -86,6 +89,23 @@ def unauthorized(message: str) -> GatewayError:
 def unavailable(message: str = "taskgate cannot reach its database; the request was not forwarded.") -> GatewayError:
     """503 when admission cannot run: the gateway fails closed."""
     return GatewayError(503, "gateway_unavailable", "database_unavailable", message)
+
+
+@contextmanager
+def fail_closed(what: str) -> Iterator[None]:
+    """Around database work a request depends on: when the database cannot be reached
+    the request is refused with 503 :func:`unavailable` (one rate-limited log line per
+    ``what``, :data:`app.fault_log.faults`). A :class:`GatewayError` and any other error
+    propagate unchanged (a bug: 500 with a request id)."""
+    try:
+        yield
+    except GatewayError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - fail closed while the database is out of reach
+        if not database_unreachable(exc):
+            raise
+        faults.report(what, "database unavailable; refusing requests (503, fail closed)", exc)
+        raise unavailable() from None
 
 
 def render_error(fmt: WireFormat, err: GatewayError) -> tuple[bytes, list[tuple[bytes, bytes]]]:

@@ -27,10 +27,11 @@ from app.admin import errors as admin_errors
 from app.admin.errors import AdminError
 from app.admin.routes import router as admin_router
 from app.config import gateway_config
-from app.console import admin_token, hooks
+from app import events
+from app.console import admin_token
 from app.console import install as console
 from app.console.logs import configure as configure_logging
-from app.console.request_ids import REQUEST_ID, request_id_from
+from app.request_ids import REQUEST_ID, RequestIdMiddleware, request_id_from
 from app.db import embedded, migrate, supervisor
 from app.db.errors import database_unreachable
 from app.db.pool import create_pool
@@ -115,7 +116,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.redactor = Redactor(provider_keys(settings, app.state.gateway_config.providers.values()))
     app.include_router(admin_router)
     app.router.routes.extend(proxy_routes)
-    app.add_middleware(ProxyLane)  # inside the request-id middleware console.install adds
+    app.add_middleware(ProxyLane)  # inside the request-id middleware
+    app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
     console.install(app, settings)
 
     @app.get("/healthz", tags=["health"])
@@ -141,7 +143,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.exception_handler(GatewayError)
     async def _gateway_error(request: Request, exc: GatewayError):  # type: ignore[no-untyped-def]
-        hooks.gateway_answered(request.url.path, exc)
+        events.GATEWAY_ANSWERED.emit(events.GatewayAnswered(request.url.path, exc))
         return error_response(request.url.path, exc)
 
     @app.exception_handler(AdminError)

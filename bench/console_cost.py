@@ -2,8 +2,8 @@
 
 Times, in this process, the console's work on the hot path of one forwarded streamed
 request: the request-id middleware around a trivial ASGI app, ``exchange_started`` +
-``exchange_finished`` (requests, tokens, tool calls, upstream duration, TTFT, open
-streams) and the admission timer; once with prometheus-client's in-process values and
+``exchange_finished`` events with the console subscribed (requests, tokens, tool calls,
+upstream duration, TTFT, open streams) and the admission-done event; once with prometheus-client's in-process values and
 once in its multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, used by ``--workers N``),
 each in a fresh interpreter. Prints microseconds per request added (median of 5
 runs; the same loop without the console is subtracted).
@@ -19,9 +19,9 @@ import tempfile
 
 _CHILD = r'''
 import asyncio, time
-from app.console import hooks
-from app.console.metrics import time_admission
-from app.console.request_ids import RequestIdMiddleware
+from app import events
+from app.console import listeners
+from app.request_ids import RequestIdMiddleware
 from app.proxy.outcome import Outcome
 from app.wire.base import ResponseSummary, ToolCall, Usage
 
@@ -39,7 +39,12 @@ async def sink(message):
 async def bare():
     return None
 
-admit = time_admission(bare)
+listeners.subscribe()
+
+async def admit():
+    t0 = time.perf_counter()
+    await bare()
+    events.ADMISSION_DONE.emit(events.AdmissionDone(time.perf_counter() - t0))
 
 async def main():
     mw = RequestIdMiddleware(inner)
@@ -57,8 +62,8 @@ async def main():
                 time.monotonic()
             else:
                 await admit()
-                hooks.exchange_started(True)
-                hooks.exchange_finished("t", outcome, time.monotonic(), True)
+                events.EXCHANGE_STARTED.emit(events.ExchangeStarted("t", True))
+                events.EXCHANGE_FINISHED.emit(events.ExchangeFinished("t", outcome, time.monotonic(), True))
         runs[name] = (time.perf_counter() - t0) / N * 1e6
     print(runs["middleware"] - runs["bare app"], runs["metrics"] - runs["bare admit"])
 

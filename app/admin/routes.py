@@ -21,13 +21,14 @@ import asyncpg
 
 from app.admin import schemas
 from app.admin.errors import AdminError, responses
+from app.admission.refusals import event_message, stop_message
 from app.admission.tokens import new_token, token_hash
-from app.console.sentences import event_message, stop_message
 from app.db import tasks as task_rows
 from app.db.bounds import INT8_MAX
 from app.db.pool import durable
 from app.guard.detector import CallRecord, detect
 from app.guard.ledger import thresholds_for
+from app.request_ids import REQUEST_ID
 
 _bearer = HTTPBearer(auto_error=False)
 
@@ -112,7 +113,8 @@ async def create_task(body: schemas.TaskCreate, request: Request) -> schemas.Tas
             await durable(conn)
             row = await conn.fetchrow(_INSERT, *(_column_value(c, values[c]) for c in _INSERT_COLUMNS))
             await task_rows.add_event(conn, values["id"], "created", None,
-                                      {k: v for k, v in values.items() if k not in ("token_hash", "id")})
+                                      {k: v for k, v in values.items() if k not in ("token_hash", "id")},
+                                      request_id=REQUEST_ID.get())
     except asyncpg.UniqueViolationError:
         raise AdminError(409, "task_exists", f"A task with id '{values['id']}' already exists.",
                          "id") from None
@@ -162,7 +164,8 @@ async def update_task(task_id: TaskIdPath, body: schemas.TaskPatch, request: Req
         row = await conn.fetchrow(f"UPDATE tasks SET {sets}, updated_at = now() WHERE id = $1 RETURNING *",
                                   task_id, *(_column_value(c, changes[c]) for c in columns))
         await task_rows.add_event(conn, task_id, "limits_changed", None, {
-            "before": {k: _json_value(task[k]) for k in changes}, "after": changes})
+            "before": {k: _json_value(task[k]) for k in changes}, "after": changes},
+            request_id=REQUEST_ID.get())
     return _task(row)
 
 
@@ -177,7 +180,7 @@ async def stop_task(task_id: TaskIdPath, request: Request,
         if task is None:
             raise _not_found(task_id)
         await task_rows.set_latch(conn, task_id, body.reason,
-                                  {"by": "operator", "message": body.message})
+                                  {"by": "operator", "message": body.message}, request_id=REQUEST_ID.get())
         row = await conn.fetchrow(_GET, task_id)
     return _task(row)
 
@@ -200,7 +203,8 @@ async def resume_task(task_id: TaskIdPath, body: schemas.ResumeRequest, request:
         row = await conn.fetchrow(_CLEAR, task_id)
         await task_rows.add_event(conn, task_id, "resumed", body.reason, {
             "previous_stop_reason": task["stop_reason"], "previous_stop_detail": task["stop_detail"],
-            "admitted_requests": task["admitted_requests"], "request_limit": task["request_limit"]})
+            "admitted_requests": task["admitted_requests"], "request_limit": task["request_limit"]},
+            request_id=REQUEST_ID.get())
     return _task(row)
 
 

@@ -30,6 +30,7 @@ Nothing is ever refunded. A database that cannot be reached refuses the request 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -38,13 +39,11 @@ from typing import Any
 import asyncpg
 
 from app.admission.charge import Charge, charge_refusal
-from app.admission.limits import counters_sentence, explain_stop, limit_breach
-from app.admission.refusals import count_refusal, log_refusal
-from app.console.metrics import time_admission
+from app import events
+from app.admission.limits import limit_breach
+from app.admission.refusals import count_refusal, log_refusal, stop_refusal
 from app.db import tasks as task_rows
-from app.db.errors import database_unreachable
-from app.errors import GatewayError, task_stopped, unauthorized, unavailable
-from app.fault_log import faults
+from app.errors import GatewayError, fail_closed, unauthorized
 from app.guard import conversations
 from app.guard.conversation_rules import conversation_breach
 from app.guard.detector import Action, Verdict
@@ -85,13 +84,14 @@ class Admitted:
     reservation_usd: Decimal = Decimal(0)
 
 
-@time_admission
 async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
                 guard: GuardRequest | None = None, charge: Charge | None = None,
-                conversation_key: str = "") -> Admitted:
+                conversation_key: str = "", request_id: str | None = None) -> Admitted:
     """Reserve one request for the task whose token hashes to ``token_hash``.
 
-    ``conversation_key`` is the request's conversation (per-conversation ceilings).
+    ``conversation_key`` is the request's conversation (per-conversation ceilings);
+    ``request_id`` goes into the events this admission records (a latch, a warning).
+    Emits :data:`app.events.ADMISSION_DONE` with its duration.
 
     Raises :class:`GatewayError`: 401 unknown token; 403 ``task_stopped`` with the
     stop reason as ``code`` (``request_limit``, ``token_limit``, ``max_duration``, a
@@ -99,27 +99,26 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
     cannot be reached. Any other error propagates (nothing was admitted: the
     transaction rolled back).
     """
+    started = time.perf_counter()
     try:
-        async with pool.acquire() as conn:
-            global_ceiling = (settings.conversation_request_limit is not None
-                              or settings.conversation_max_duration_s is not None)
-            if guard is None and not global_ceiling:
-                row = await conn.fetchrow(FAST_ADMIT, token_hash)  # its own transaction
-                if row is not None:
-                    return Admitted(dict(row))
-            key = guard.conversation_key if guard is not None else conversation_key
-            return await _admit_locked(conn, token_hash, settings, guard, charge or Charge(None), key)
-    except GatewayError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - fail closed while the database is out of reach
-        if not database_unreachable(exc):
-            raise  # a bug: 500 with a request id
-        faults.report("admission", "database unavailable; refusing requests (503, fail closed)", exc)
-        raise unavailable() from None
+        with fail_closed("admission"):
+            async with pool.acquire() as conn:
+                global_ceiling = (settings.conversation_request_limit is not None
+                                  or settings.conversation_max_duration_s is not None)
+                if guard is None and not global_ceiling:
+                    row = await conn.fetchrow(FAST_ADMIT, token_hash)  # its own transaction
+                    if row is not None:
+                        return Admitted(dict(row))
+                key = guard.conversation_key if guard is not None else conversation_key
+                return await _admit_locked(conn, token_hash, settings, guard, charge or Charge(None), key,
+                                           request_id)
+    finally:
+        events.ADMISSION_DONE.emit(events.AdmissionDone(time.perf_counter() - started))
 
 
 async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Settings,
-                        guard: GuardRequest | None, charge: Charge, conversation_key: str) -> Admitted:
+                        guard: GuardRequest | None, charge: Charge, conversation_key: str,
+                        request_id: str | None) -> Admitted:
     async with conn.transaction():
         task = await task_rows.lock_task(conn, token_hash=token_hash)
         if task is None:
@@ -129,7 +128,7 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
             if priced is not None:
                 raise priced  # nothing written: not counted, no latch
         reservation = charge.reservation_usd() if task["cost_limit_usd"] is not None else Decimal(0)
-        refusal, verdict = await _judge(conn, task, settings, guard, conversation_key, reservation)
+        refusal, verdict = await _judge(conn, task, settings, guard, conversation_key, reservation, request_id)
         if refusal is None:
             return Admitted(dict(await conn.fetchrow(_COUNT, task["id"], reservation)), verdict, reservation)
         log_refusal(task["id"], refusal.code or "stopped", await count_refusal(conn, task["id"]))
@@ -138,18 +137,17 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
 
 
 async def _judge(conn: asyncpg.Connection, task: dict[str, Any], settings: Settings,
-                 guard: GuardRequest | None, conversation_key: str,
-                 reservation: Decimal) -> tuple[GatewayError | None, Verdict | None]:
+                 guard: GuardRequest | None, conversation_key: str, reservation: Decimal,
+                 request_id: str | None) -> tuple[GatewayError | None, Verdict | None]:
     """The refusal for this request (``None``: admit, with the conversation counted)
     and the loop guard's verdict; latches the task on a new stop."""
     if task["status"] != "active":
-        return task_stopped(task["id"], task["stop_reason"] or "stopped", counters_sentence(task),
-                            explain_stop(task["stop_reason"], task["stop_detail"])), None
+        return stop_refusal(task), None
     verdict = None
     if guard is not None:
-        verdict = await record_request(conn, task, guard, settings)
+        verdict = await record_request(conn, task, guard, settings, request_id=request_id)
         if verdict.action is Action.STOP:
-            return await _latch(conn, task, verdict.reason or "stopped", dict(verdict.detail)), verdict
+            return await _latch(conn, task, verdict.reason or "stopped", dict(verdict.detail), request_id), verdict
     now = datetime.now(timezone.utc)
     limits = conversations.limits_for(task, settings)
     if limits.active:
@@ -157,20 +155,21 @@ async def _judge(conn: asyncpg.Connection, task: dict[str, Any], settings: Setti
         breach = conversation_breach(conversation, limits, now)
         if breach is not None:
             reason, detail = breach
-            return await _latch(conn, task, reason, {**detail, "conversation_key": conversation_key}), verdict
+            return await _latch(conn, task, reason, {**detail, "conversation_key": conversation_key},
+                                request_id), verdict
     breach = limit_breach(task, now, reservation)
     if breach is not None:
-        return await _latch(conn, task, *breach), verdict
+        return await _latch(conn, task, *breach, request_id), verdict
     if limits.active:
         await conversations.count_request(conn, task["id"], conversation_key)
     return None, verdict
 
 
 async def _latch(conn: asyncpg.Connection, task: dict[str, Any], reason: str,
-                 detail: dict[str, Any]) -> GatewayError:
+                 detail: dict[str, Any], request_id: str | None) -> GatewayError:
     """Set the latch for a stop; the refusal to answer with."""
-    await task_rows.set_latch(conn, task["id"], reason, detail)
-    return task_stopped(task["id"], reason, counters_sentence(task), explain_stop(reason, detail))
+    await task_rows.set_latch(conn, task["id"], reason, detail, request_id=request_id)
+    return stop_refusal(task, reason, detail)
 
 
 async def authenticate(pool: asyncpg.Pool, token_hash: str) -> dict[str, Any]:
@@ -180,14 +179,9 @@ async def authenticate(pool: asyncpg.Pool, token_hash: str) -> dict[str, Any]:
     (other errors propagate). A stopped task still authenticates: GETs are free and
     harmless.
     """
-    try:
+    with fail_closed("task lookup"):
         async with pool.acquire() as conn:
             row = await conn.fetchrow("SELECT * FROM tasks WHERE token_hash = $1", token_hash)
-    except Exception as exc:  # noqa: BLE001
-        if not database_unreachable(exc):
-            raise  # a bug: 500 with a request id
-        faults.report("task lookup", "database unavailable; refusing requests (503, fail closed)", exc)
-        raise unavailable() from None
     if row is None:
         raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
     return dict(row)

@@ -1,13 +1,25 @@
-"""Refusals of a stopped task: counted on the task (``refused_requests``) and logged
-one line per task at most every :data:`LOG_INTERVAL_S` seconds per process, with the
-task's refusal count."""
+"""Refusals of a stopped task, and the sentences that explain them.
+
+- :func:`stop_refusal`: the one 403/409 ``task_stopped`` error a stopped task's requests
+  get, from admission (the request that latches and every later one) and from the stop
+  watcher (open requests cut by a stop). :func:`stop_message` is its message, so the
+  operator reads what the agent read; :func:`event_message` says in words what one
+  ``task_events`` row records. Pure functions over task rows.
+- :func:`count_refusal` / :func:`log_refusal`: every refusal is counted on the task
+  (``refused_requests``) and logged one line per task at most every
+  :data:`LOG_INTERVAL_S` seconds per process, with the task's refusal count.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any, Mapping
 
 import asyncpg
+
+from app.admission.limits import counters_sentence, explain_stop
+from app.errors import GatewayError, task_stopped
 
 logger = logging.getLogger("app.admission.admission")
 
@@ -34,3 +46,56 @@ def log_refusal(task_id: str, reason: str, refused: int, now: float | None = Non
     _last_logged[task_id] = now
     logger.info("refused a request of task %s: %s (%d refused so far)", task_id, reason, refused)
     return True
+
+
+def stop_refusal(task: Mapping[str, Any], reason: str | None = None,
+                 detail: Mapping[str, Any] | None = None) -> GatewayError:
+    """The refusal of a request of ``task`` (a ``tasks`` row): stopped for ``reason``
+    with ``detail`` (a stop being set now), else for its recorded ``stop_reason`` and
+    ``stop_detail``. Its counters are the task's as given."""
+    if reason is None:
+        reason, detail = task["stop_reason"], task["stop_detail"]
+    return task_stopped(task["id"], reason or "stopped", counters_sentence(task), explain_stop(reason, detail))
+
+
+def stop_message(task: Mapping[str, Any]) -> str | None:
+    """The sentence a request of this stopped task is refused with (its counters as they
+    are now); ``None`` while the task is active. ``task`` is a ``tasks`` row."""
+    if task.get("status") != "stopped":
+        return None
+    return stop_refusal(task).message
+
+
+def event_message(kind: str, reason: str | None, detail: Mapping[str, Any] | None) -> str:
+    """One sentence for a ``task_events`` row (``kind``, ``reason``, ``detail``)."""
+    d = detail or {}
+    if kind == "stopped":
+        why = explain_stop(reason, d)
+        return f"Stopped ({reason})" + (f": {why}." if why else ".")
+    if kind == "resumed":
+        return (f"Resumed by an operator ({reason}); it had stopped for "
+                f"{d.get('previous_stop_reason')}.")
+    if kind == "created":
+        limits = ", ".join(f"{k}={v}" for k, v in d.items()
+                           if k in ("request_limit", "token_limit", "max_duration_s", "tool_call_limit",
+                                    "max_stalls") and v is not None)
+        return "Created" + (f" with {limits}." if limits else ".")
+    if kind == "limits_changed":
+        before, after = d.get("before") or {}, d.get("after") or {}
+        changes = ", ".join(f"{k} {before.get(k)} → {v}" for k, v in after.items())
+        return f"Limits changed: {changes}." if changes else "Limits changed."
+    if kind == "loop_warning":
+        return (f"Loop guard warned the model: {d.get('tool_name', 'a tool')} repeated "
+                f"{d.get('count', d.get('repeats', '?'))} times.")
+    if kind == "stream_stalled":
+        return f"Upstream stream stalled on {d.get('endpoint')} ({d.get('code')}); taskgate closed it."
+    if kind == "stream_truncated":
+        return f"Upstream stream on {d.get('endpoint')} ended without its terminal event ({d.get('code')})."
+    if kind == "upstream_unreachable":
+        return f"The upstream provider could not be reached for {d.get('endpoint')}."
+    if kind == "cut_open_requests":
+        return (f"The stop ({reason}) cut {d.get('cut')} open request(s) on {d.get('process')}, "
+                f"{d.get('seconds_since_stopped')} s after the latch (heard by {d.get('path')}).")
+    if kind == "upstream_timeout":
+        return f"The upstream provider did not answer {d.get('endpoint')} in time."
+    return kind.replace("_", " ").capitalize() + (f" ({reason})." if reason else ".")

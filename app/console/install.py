@@ -8,23 +8,22 @@ from fastapi import FastAPI
 from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 
-from app.console import metrics, webhook
+from app.console import listeners, metrics, webhook
 from app.console.docs import install_docs
-from app.console.request_ids import RequestIdMiddleware
 from app.settings import Settings
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
 
 
 def install(app: FastAPI, settings: Settings) -> None:
-    """``/metrics``, ``/ui`` (the dashboard), offline ``/docs`` and the request-id
-    middleware (with the access log when ``access_log``)."""
+    """``/metrics``, ``/ui`` (the dashboard), offline ``/docs``, and the console's
+    subscriptions to the core's events (:mod:`app.console.listeners`)."""
     app.router.routes.append(Route("/metrics", metrics.metrics_endpoint, methods=["GET"],
                                    include_in_schema=False))
     if UI_DIR.is_dir():
         app.mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui")
     install_docs(app)
-    app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
+    listeners.subscribe()
 
 
 async def started(app: FastAPI) -> None:

@@ -1,7 +1,7 @@
 """taskgate's own log lines: plain text or one JSON object per line.
 
 ``TASKGATE_LOG_FORMAT=json`` uses ``python-json-logger``; every line carries
-``request_id`` (from :data:`app.console.request_ids.REQUEST_ID`, ``null`` outside a
+``request_id`` (from :data:`app.request_ids.REQUEST_ID`, ``null`` outside a
 request) and whatever ``extra`` the call site gave (``task_id``, ``reason``...).
 Call sites never pass a token or a key.
 """
@@ -12,7 +12,7 @@ import logging
 
 from pythonjsonlogger.json import JsonFormatter
 
-from app.console.request_ids import REQUEST_ID
+from app.request_ids import REQUEST_ID
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
 JSON_FIELDS = "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s"

@@ -1,9 +1,8 @@
 """Prometheus metrics (``prometheus-client``) and ``GET /metrics``.
 
-Counters and histograms are fed from two places only: the outcome of every relayed
-exchange (:func:`observe_outcome`, called by :class:`app.proxy.accounting.Accounting`)
-and the gateway's own answers (:func:`observe_gateway_error`, called by the error
-handler). Labels have bounded cardinality: endpoints, reasons and codes outside the
+Counters and histograms are fed from the core's events only (:mod:`app.events`, via
+:mod:`app.console.listeners`): chiefly the outcome of every relayed exchange
+(:func:`observe_outcome`) and the gateway's own answers (:func:`observe_gateway_error`). Labels have bounded cardinality: endpoints, reasons and codes outside the
 known sets are reported as ``other``; no task id.
 
 With ``taskgate serve --workers N`` the command sets ``PROMETHEUS_MULTIPROC_DIR``
@@ -17,7 +16,7 @@ import functools
 import os
 import secrets
 import time
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -134,21 +133,6 @@ def observe_gateway_error(path: str, err: GatewayError) -> None:
     else:
         outcome = "invalid"
     child(REQUESTS, endpoint_label(path), outcome).inc()
-
-
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
-
-
-def time_admission(fn: F) -> F:
-    """Decorate the async admission function: its duration goes to the histogram."""
-    @functools.wraps(fn)
-    async def timed(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
-            return await fn(*args, **kwargs)
-        finally:
-            ADMISSION_SECONDS.observe(time.perf_counter() - t0)
-    return timed  # type: ignore[return-value]
 
 
 def latest() -> bytes:

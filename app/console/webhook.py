@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 import asyncpg
 import httpx
 
+from app.admission.refusals import stop_message
 from app.console import metrics
-from app.console import sentences  # module, not name: sentences -> stop_watch -> db.tasks -> here
 from app.settings import Settings
 
 logger = logging.getLogger("app.console.webhook")
@@ -46,7 +46,7 @@ def stop_payload(row: Mapping[str, Any]) -> dict[str, Any]:
     valid Slack incoming-webhook message."""
     task = {**row, "status": "stopped", "stop_reason": row["event_reason"],
             "stop_detail": row["event_detail"]}
-    message = sentences.stop_message(task)
+    message = stop_message(task)
     counters = {k: row[k] for k in _COUNTERS}
     counters["total_tokens"] = row["input_tokens"] + row["output_tokens"]
     at: datetime = row["event_at"]

@@ -8,8 +8,7 @@ from typing import Any
 
 import asyncpg
 
-from app.console import hooks
-from app.console.request_ids import REQUEST_ID
+from app import events
 from app.db.bounds import storable_json
 from app.db.pool import durable
 
@@ -38,31 +37,32 @@ async def lock_task(conn: asyncpg.Connection, *, task_id: str | None = None,
 
 
 async def add_event(conn: asyncpg.Connection, task_id: str, kind: str, reason: str | None = None,
-                    detail: dict[str, Any] | None = None) -> int:
-    """Append one event to the task's durable history; returns its id. The current
-    request's id (when there is one) is added to ``detail`` as ``request_id``.
+                    detail: dict[str, Any] | None = None, *, request_id: str | None = None) -> int:
+    """Append one event to the task's durable history; returns its id. ``request_id``
+    (the HTTP request that caused it, when there is one) is added to ``detail``.
     ``reason`` and ``detail`` are made storable: NUL, lone surrogates and non-finite
     numbers never reach PostgreSQL."""
-    if (request_id := REQUEST_ID.get()) is not None:
+    if request_id is not None:
         detail = {**(detail or {}), "request_id": request_id}
     return await conn.fetchval(_EVENT, task_id, kind, storable_json(reason), storable_json(detail or {}))
 
 
 async def set_latch(conn: asyncpg.Connection, task_id: str, reason: str,
-                    detail: dict[str, Any]) -> bool:
+                    detail: dict[str, Any], *, request_id: str | None = None) -> bool:
     """Set the durable stop latch (``status='stopped'``) and record a ``stopped`` event.
 
     Returns ``False`` (and records nothing) when the task was already stopped: the
     first reason wins and is never overwritten. The commit waits for the disk. The
     same statement ``NOTIFY``s :data:`STOP_CHANNEL` with the task id, delivered on
-    commit to every gateway process listening (:mod:`app.proxy.stop_watch`).
+    commit to every gateway process listening (:mod:`app.proxy.stop_watch`), and
+    :data:`app.events.LATCH_SET` is emitted (inside the transaction).
     """
     await durable(conn)
     reason, detail = storable_json(reason), storable_json(detail)
     if await conn.execute(_LATCH, task_id, reason, detail) == "SELECT 0":
         return False
-    event_id = await add_event(conn, task_id, "stopped", reason, detail)
+    event_id = await add_event(conn, task_id, "stopped", reason, detail, request_id=request_id)
     logger.warning("task %s stopped: %s %s", task_id, reason, detail,
                    extra={"task_id": task_id, "reason": reason})
-    hooks.latch_set(task_id, reason, event_id)
+    events.LATCH_SET.emit(events.LatchSet(task_id, reason, event_id))
     return True

@@ -176,13 +176,14 @@ async def _history(conn: asyncpg.Connection, task_id: str, conversation_key: str
 
 
 async def record_request(conn: asyncpg.Connection, task: Mapping[str, Any], guard: GuardRequest,
-                         settings: Settings) -> Verdict:
+                         settings: Settings, *, request_id: str | None = None) -> Verdict:
     """Add a request's new tool results to the ledger and judge the conversation.
 
     Runs in the admission transaction with the task row locked. Results whose tool
     call id is unknown (neither in the ledger nor in the request's trailing assistant
     turn) cannot be attributed to a tool and are skipped. Returns ``OK`` without
     running the detector when nothing new was recorded (a resent history).
+    ``request_id`` goes into the ``loop_warning`` event.
     """
     task_id = task["id"]
     key = guard.conversation_key
@@ -210,13 +211,15 @@ async def record_request(conn: asyncpg.Connection, task: Mapping[str, Any], guar
                                conversation_tool_calls=conv_calls),
                         thresholds, key, normalizer)
     if verdict.action is Action.WARN:
-        await task_rows.add_event(conn, task_id, "loop_warning", verdict.reason, dict(verdict.detail))
+        await task_rows.add_event(conn, task_id, "loop_warning", verdict.reason, dict(verdict.detail),
+                                  request_id=request_id)
     return verdict
 
 
 async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: str,
                           summary: ResponseSummary, settings: Settings,
-                          settlement: Settlement | None = None) -> Verdict | None:
+                          settlement: Settlement | None = None, *,
+                          request_id: str | None = None) -> Verdict | None:
     """Record a finished response: usage into the task's token counters and its
     ``settlement`` into its dollar counters (one statement), tool calls into the ledger
     as pending; trip the latch when the tool-call ceiling is passed.
@@ -224,6 +227,7 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
     Returns the detector's verdict when tool calls were recorded, the
     ``repeated_response`` verdict for a text answer, else ``None``.
     Database errors propagate (the caller logs them; the response was already sent).
+    ``request_id`` goes into the ``stopped`` event of a latch.
     """
     usage = summary.usage
     counters = _counters(usage, settlement)
@@ -233,7 +237,8 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
                 await conn.execute(_ADD_USAGE, task_id, *counters)
             if summary.text_sha256 is None or not settings.loop_guard_enabled:
                 return None
-            return await _record_answer(conn, task_id, conversation_key, summary.text_sha256, settings)
+            return await _record_answer(conn, task_id, conversation_key, summary.text_sha256, settings,
+                                        request_id)
         async with conn.transaction():
             await relaxed(conn)  # a latch set below makes this commit durable again
             task = await task_rows.lock_task(conn, task_id=task_id)
@@ -253,12 +258,13 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
                                        conversation_tool_calls=conv_calls),
                                 thresholds, conversation_key, normalizer_for(task, settings))
             if verdict.action is Action.STOP and task["status"] == "active":
-                await task_rows.set_latch(conn, task_id, verdict.reason, dict(verdict.detail))
+                await task_rows.set_latch(conn, task_id, verdict.reason, dict(verdict.detail),
+                                          request_id=request_id)
             return verdict
 
 
 async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_key: str,
-                         text_sha256: str, settings: Settings) -> Verdict | None:
+                         text_sha256: str, settings: Settings, request_id: str | None) -> Verdict | None:
     """Extend the conversation's run of identical text answers; latch the task with
     ``repeated_response`` when the run reaches the threshold in force."""
     async with conn.transaction():  # no task row lock: the upsert and the latch are atomic
@@ -274,5 +280,5 @@ async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_ke
         reason, detail = stop
         detail = {**detail, "conversation_key": conversation_key, "text_sha256": text_sha256}
         if task["status"] == "active":
-            await task_rows.set_latch(conn, task_id, reason, detail)
+            await task_rows.set_latch(conn, task_id, reason, detail, request_id=request_id)
         return Verdict(Action.STOP, reason, streak, detail)

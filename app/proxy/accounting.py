@@ -19,9 +19,9 @@ from typing import Awaitable, Callable
 
 import asyncpg
 
+from app import events
 from app.admission.cost import settle
 from app.config.schema import Price
-from app.console import hooks
 from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
 from app.db.pool import relaxed
@@ -55,12 +55,13 @@ class Accounting:
     started: float = field(default_factory=time.monotonic)
     price: Price | None = None
     reservation_usd: Decimal = Decimal(0)
+    request_id: str | None = None  # into the events recorded
 
     def __post_init__(self) -> None:
-        hooks.exchange_started(self.stream)
+        events.EXCHANGE_STARTED.emit(events.ExchangeStarted(self.task_id, self.stream))
 
     async def __call__(self, outcome: Outcome) -> None:
-        hooks.exchange_finished(self.task_id, outcome, self.started, self.stream)
+        events.EXCHANGE_FINISHED.emit(events.ExchangeFinished(self.task_id, outcome, self.started, self.stream))
         summary = outcome.summary
         if not self.guard_enabled:
             summary.tool_calls = []
@@ -71,7 +72,8 @@ class Accounting:
                 or summary.text_sha256 is not None:
             usage = summary.usage
             await self._retried(lambda: record_response(
-                self.pool, self.task_id, self.conversation_key, summary, self.settings, settlement),
+                self.pool, self.task_id, self.conversation_key, summary, self.settings, settlement,
+                request_id=self.request_id),
                 f"the usage ({usage.input_tokens if usage else 0} input, "
                 f"{usage.output_tokens if usage else 0} output tokens), cost and "
                 f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")
@@ -97,18 +99,18 @@ class Accounting:
 
     async def _latch(self, reason: str, detail: dict) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
-            await task_rows.set_latch(conn, self.task_id, reason, detail)
+            await task_rows.set_latch(conn, self.task_id, reason, detail, request_id=self.request_id)
 
     async def _record_event(self, kind: str, outcome: Outcome) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             await relaxed(conn)  # a latch set below makes this commit durable again
             await task_rows.lock_task(conn, task_id=self.task_id)
             await task_rows.add_event(conn, self.task_id, kind, outcome.detail.get("code"),
-                                      outcome.detail)
+                                      outcome.detail, request_id=self.request_id)
             if outcome.kind not in ("stalled", "upstream_timeout"):
                 return
             stalls, max_stalls = await conn.fetchrow(_COUNT_STALL, self.task_id)
             if max_stalls and stalls >= max_stalls:
                 await task_rows.set_latch(conn, self.task_id, "repeated_stalls",
                                           {"stalls": stalls, "max_stalls": max_stalls,
-                                           "last_stall": outcome.detail})
+                                           "last_stall": outcome.detail}, request_id=self.request_id)

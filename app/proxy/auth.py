@@ -15,9 +15,7 @@ from collections import OrderedDict
 
 import asyncpg
 
-from app.db.errors import database_unreachable
-from app.errors import unauthorized, unavailable
-from app.fault_log import faults
+from app.errors import fail_closed, unauthorized
 from app.proxy.inbound import CLOSE
 
 
@@ -50,14 +48,9 @@ async def require_known_token(pool: asyncpg.Pool, known: KnownTokens, token_hash
     (``connection: close``) for an unknown token, 503 when the database cannot answer."""
     if token_hash in known:
         return
-    try:
+    with fail_closed("token lookup"):
         async with pool.acquire() as conn:
             found = await conn.fetchval(_EXISTS, token_hash)
-    except Exception as exc:  # noqa: BLE001 - fail closed, as admission does
-        if not database_unreachable(exc):
-            raise  # a bug: 500 with a request id
-        faults.report("token lookup", "database unavailable; refusing requests (503, fail closed)", exc)
-        raise unavailable() from None
     if found is None:
         err = unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
         err.headers.update(CLOSE)

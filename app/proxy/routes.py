@@ -32,11 +32,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from app import events
 from app.admission.admission import admit, authenticate
 from app.admission.charge import charge_for
 from app.admission.tokens import token_hash
 from app.config.schema import Provider, ProviderKind
-from app.console.metrics import LOOP_WARNINGS
 from app.errors import GatewayError, render_error, wire_status
 from app.guard.detector import Action
 from app.guard.fingerprint import conversation_key
@@ -60,6 +60,7 @@ from app.proxy.providers import (
 )
 from app.proxy.upstream import request_headers, upstream_url
 from app.proxy.usage_chunk import needs_usage, with_usage
+from app.request_ids import REQUEST_ID
 from app.wire import CHAT_COMPLETIONS, UnknownWirePath, format_for_path
 from app.wire.base import WireFormat
 
@@ -182,17 +183,18 @@ async def proxy_post(request: Request) -> Response:
     elif isinstance(payload.get("model"), str):
         model = payload["model"]
     reservation, price, add_usage = Decimal(0), None, False  # free endpoints cost nothing
+    request_id = REQUEST_ID.get()
     if endpoint.kind != endpoints.FREE:
         charge = charge_for(route, body, payload, embeddings=path == "/v1/embeddings", what=f"POST {path}")
-        admitted = await admit(pool, hashed, settings, guard, charge, conv_key)
+        admitted = await admit(pool, hashed, settings, guard, charge, conv_key, request_id)
         task = admitted.task
         reservation, price = admitted.reservation_usd, route.price if route else None
         verdict = admitted.verdict
         notice = None
         if verdict is not None and verdict.action is Action.WARN:
-            LOOP_WARNINGS.inc()
-            notice = LOOP_NOTICE.format(tool=verdict.detail.get("tool_name", "the same tool"),
-                                        count=verdict.count)
+            tool = verdict.detail.get("tool_name", "the same tool")
+            events.LOOP_WARNED.emit(events.LoopWarned(task["id"], tool, verdict.count))
+            notice = LOOP_NOTICE.format(tool=tool, count=verdict.count)
         add_usage = needs_usage(path, payload, task)
         if notice is not None or add_usage:
             upstream_request, add_usage = _rewritten(request, upstream_request, fmt, payload, notice, add_usage)
@@ -203,7 +205,8 @@ async def proxy_post(request: Request) -> Response:
         watchdog=_watchdog(task, settings),
         total_timeout_s=task.get("upstream_timeout_s") or settings.upstream_timeout_s,
         on_finish=Accounting(pool, settings, task["id"], conv_key, guarded, stream=stream_requested,
-                             price=price, reservation_usd=reservation, count_answer=continued),
+                             price=price, reservation_usd=reservation, count_answer=continued,
+                             request_id=request_id),
         endpoint=path, model=model,
         monitor=OutputMonitor(_repeated_output(task, settings)) if guarded else None,
     ).track(state.open_requests, task["id"]).redacting(state.redactor).hiding_usage(add_usage)

@@ -18,7 +18,9 @@ gateway process hears it in one of two ways:
   interval reads which of their tasks are stopped. Nothing runs while nothing is open.
 
 Either way, the task row is read (through the main pool) and, unless the reason is
-in :data:`NOT_CUT` (``request_limit``, ``cost_limit``), every open request of the task is cut with the task's stop refusal (:meth:`RelayResponse.cut`); a
+in :data:`NOT_CUT` (``request_limit``, ``cost_limit``), every open request of the task is cut with the task's stop refusal
+(:func:`app.admission.refusals.stop_refusal`, the one its next request would get from
+admission; :meth:`RelayResponse.cut`); a
 ``cut_open_requests`` event records how many, which path heard it, which process,
 and the seconds from ``stopped_at`` to the cut.
 """
@@ -34,10 +36,9 @@ from typing import Any
 
 import asyncpg
 
-from app.admission.limits import counters_sentence, explain_stop
+from app.admission.refusals import stop_refusal
 from app.db import tasks as task_rows
 from app.db.pool import asyncpg_dsn
-from app.errors import GatewayError, task_stopped
 from app.proxy.open_requests import OpenRequests
 from app.settings import Settings
 
@@ -53,14 +54,6 @@ _STOPPED = ("SELECT * FROM tasks WHERE id = ANY($1::text[]) AND status <> 'activ
             " AND coalesce(stop_reason, '') <> ALL($2::text[])")
 _KEEPALIVE_S = 10.0  # how often an idle listener connection proves it is alive
 _BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)  # reconnect delays, the last one repeating
-
-
-def stop_refusal(task: dict[str, Any]) -> GatewayError:
-    """The refusal an open request of the stopped ``task`` (a ``tasks`` row) ends with:
-    the same one its next request would get from admission."""
-    reason = task["stop_reason"] or "stopped"
-    return task_stopped(task["id"], reason, counters_sentence(task),
-                        explain_stop(task["stop_reason"], task["stop_detail"]))
 
 
 class StopWatcher:

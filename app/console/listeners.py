@@ -1,0 +1,69 @@
+"""The console's subscribers to the core's events (:mod:`app.events`): metrics, log
+lines and the stop webhook. :func:`subscribe` is called once by
+:func:`app.main.create_app`; the core never calls the console.
+
+- exchange started / finished: ``taskgate_open_streams``, the request and latency
+  metrics, and a warning line when upstream stalled or failed;
+- admission done: ``taskgate_admission_duration_seconds``;
+- loop warned: ``taskgate_loop_warnings_total``;
+- gateway answered: the refusal and error counters;
+- latch set: ``taskgate_task_stops_total`` and the stop webhook (delivered only once
+  the stop is committed, see :mod:`app.console.webhook`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from app import events
+from app.console import metrics, webhook
+
+logger = logging.getLogger("app.console")
+
+#: Relay outcome kinds that are upstream failures (logged at warning).
+_FAILURES = frozenset({"stalled", "truncated", "upstream_unreachable", "upstream_timeout"})
+
+
+def exchange_started(event: events.ExchangeStarted) -> None:
+    if event.stream:
+        metrics.OPEN_STREAMS.inc()
+
+
+def exchange_finished(event: events.ExchangeFinished) -> None:
+    """Metrics for one relayed exchange; a log line when upstream stalled or failed."""
+    outcome = event.outcome
+    metrics.observe_outcome(outcome, event.started, event.stream)
+    if outcome.kind in _FAILURES:
+        detail = outcome.detail
+        logger.warning("task %s: %s on %s (%s, status %s)", event.task_id, outcome.kind,
+                       detail.get("endpoint"), detail.get("code"), outcome.status,
+                       extra={"task_id": event.task_id, "outcome": outcome.kind,
+                              "code": detail.get("code"), "endpoint": detail.get("endpoint")})
+
+
+def admission_done(event: events.AdmissionDone) -> None:
+    metrics.ADMISSION_SECONDS.observe(event.seconds)
+
+
+def loop_warned(event: events.LoopWarned) -> None:
+    metrics.LOOP_WARNINGS.inc()
+
+
+def gateway_answered(event: events.GatewayAnswered) -> None:
+    metrics.observe_gateway_error(event.path, event.error)
+
+
+def latch_set(event: events.LatchSet) -> None:
+    """Count the stop; hand it to the webhook (delivered once the commit is visible)."""
+    metrics.TASK_STOPS.labels(metrics.reason_label(event.reason)).inc()
+    webhook.schedule(event.task_id, event.event_id)
+
+
+def subscribe() -> None:
+    """Subscribe the console to the core's events (idempotent)."""
+    events.EXCHANGE_STARTED.subscribe(exchange_started)
+    events.EXCHANGE_FINISHED.subscribe(exchange_finished)
+    events.ADMISSION_DONE.subscribe(admission_done)
+    events.LOOP_WARNED.subscribe(loop_warned)
+    events.GATEWAY_ANSWERED.subscribe(gateway_answered)
+    events.LATCH_SET.subscribe(latch_set)

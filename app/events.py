@@ -1,0 +1,126 @@
+"""What the core reports as it works: a small registry of typed events.
+
+The core (``db``, ``admission``, ``proxy``) emits; outer rooms (the console's metrics,
+logs, stop webhook and traces) subscribe once at start-up (:func:`app.main.create_app`
+calls :func:`app.console.install.subscribe`). The core never imports the console.
+
+- :data:`LATCH_SET` (:class:`LatchSet`): a stop latch was set
+  (:func:`app.db.tasks.set_latch`). Emitted *inside* the latch's transaction, so a
+  subscriber that acts on it (the stop webhook) must wait until the stop is committed.
+- :data:`EXCHANGE_STARTED` / :data:`EXCHANGE_FINISHED`: around each relayed exchange
+  (:class:`app.proxy.accounting.Accounting`); ``finished`` after the client has its
+  last byte, before usage is recorded.
+- :data:`ADMISSION_DONE` (:class:`AdmissionDone`): one admission ran
+  (:func:`app.admission.admission.admit`), admitted or refused, with its duration.
+- :data:`LOOP_WARNED` (:class:`LoopWarned`): the loop guard's warning was added to a
+  forwarded request.
+- :data:`GATEWAY_ANSWERED` (:class:`GatewayAnswered`): a request the gateway answered
+  itself, never forwarded (a refusal, a 4xx, a 503); emitted by the error handler.
+
+Emitting is synchronous and cheap (a loop over the subscribers); a subscriber must not
+block. One that raises is logged and skipped: the core's work never fails because an
+outer room did.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from app.errors import GatewayError
+    from app.proxy.outcome import Outcome
+
+logger = logging.getLogger(__name__)
+
+E = TypeVar("E")
+
+
+class Channel(Generic[E]):
+    """Subscribers of one kind of event, called in the order they subscribed."""
+
+    __slots__ = ("name", "_subscribers")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._subscribers: tuple[Callable[[E], None], ...] = ()
+
+    def subscribe(self, subscriber: Callable[[E], None]) -> None:
+        """Call ``subscriber(event)`` on every event from now on. Subscribing the same
+        callable again does nothing (``create_app`` may run more than once a process)."""
+        if subscriber not in self._subscribers:
+            self._subscribers += (subscriber,)
+
+    def unsubscribe(self, subscriber: Callable[[E], None]) -> None:
+        self._subscribers = tuple(s for s in self._subscribers if s != subscriber)
+
+    def emit(self, event: E) -> None:
+        """Hand ``event`` to every subscriber; one that raises is logged and skipped."""
+        for subscriber in self._subscribers:
+            try:
+                subscriber(event)
+            except Exception:  # noqa: BLE001 - an outer room's failure is not the core's
+                logger.exception("a subscriber of %s failed", self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class LatchSet:
+    """``task_id`` was stopped for ``reason``; ``event_id`` is its ``stopped`` row in
+    ``task_events`` (visible to others once the transaction commits)."""
+
+    task_id: str
+    reason: str
+    event_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeStarted:
+    """An admitted request of ``task_id`` is about to go upstream."""
+
+    task_id: str
+    stream: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeFinished:
+    """How the exchange of ``task_id`` ended. ``started`` is ``time.monotonic()`` when
+    it was admitted; ``stream`` whether the client asked for a stream."""
+
+    task_id: str
+    outcome: Outcome
+    started: float
+    stream: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionDone:
+    """One admission took ``seconds`` (database round trips included)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class LoopWarned:
+    """The loop guard warned the model of ``task_id`` about ``tool_name`` (repeated
+    ``count`` times)."""
+
+    task_id: str
+    tool_name: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayAnswered:
+    """The gateway answered a request on ``path`` itself with ``error``."""
+
+    path: str
+    error: GatewayError
+
+
+LATCH_SET: Channel[LatchSet] = Channel("latch_set")
+EXCHANGE_STARTED: Channel[ExchangeStarted] = Channel("exchange_started")
+EXCHANGE_FINISHED: Channel[ExchangeFinished] = Channel("exchange_finished")
+ADMISSION_DONE: Channel[AdmissionDone] = Channel("admission_done")
+LOOP_WARNED: Channel[LoopWarned] = Channel("loop_warned")
+GATEWAY_ANSWERED: Channel[GatewayAnswered] = Channel("gateway_answered")
