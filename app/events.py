@@ -1,8 +1,8 @@
 """What the core reports as it works: a small registry of typed events.
 
 The core (``db``, ``admission``, ``proxy``) emits; outer rooms (the console's metrics,
-logs, stop webhook and traces) subscribe once at start-up (:func:`app.main.create_app`
-calls :func:`app.console.install.subscribe`). The core never imports the console.
+logs, stop webhook and traces) subscribe once at start-up (:func:`app.main.create_app` mounts the console, whose
+:func:`app.console.listeners.subscribe` runs then). The core never imports the console.
 
 - :data:`LATCH_SET` (:class:`LatchSet`): a stop latch was set
   (:func:`app.db.tasks.set_latch`). Emitted *inside* the latch's transaction, so a

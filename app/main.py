@@ -1,55 +1,44 @@
-"""The ASGI application: proxy routes, admin API, health checks and error shapes.
+"""The ASGI application: the composition root that wires the rooms together.
 
 ``create_app(settings)`` builds an app (``uvicorn --factory app.main:create_app``;
 ``taskgate serve`` does that). At start-up the app resolves its database (embedded
 PostgreSQL when ``TASKGATE_DATABASE_URL`` is unset), migrates it when configured,
-and opens one pooled upstream client for the process.
+and opens one pooled upstream client for the process. The proxy routes, the admin API,
+the health routes and exception handlers (:mod:`app.handlers`) and the console
+(:mod:`app.console.install`, which subscribes to the core's events) are mounted here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import logging
 import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.responses import Response
-import asyncpg
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from fastapi import FastAPI
 
-from app.admin import errors as admin_errors
-from app.admin.errors import AdminError
+from app import handlers
 from app.admin.routes import router as admin_router
 from app.config import gateway_config
-from app import events
 from app.console import admin_token
 from app.console import install as console
 from app.console.logs import configure as configure_logging
-from app.request_ids import REQUEST_ID, RequestIdMiddleware, request_id_from
 from app.db import embedded, migrate, supervisor
-from app.db.errors import database_unreachable
 from app.db.pool import create_pool
 from app.db.retry import backlog
-from app.errors import GatewayError, unavailable
 from app.fault_log import faults
 from app.proxy.auth import KnownTokens
 from app.proxy.endpoints import DEFAULT_ENDPOINTS, parse_endpoints
 from app.proxy.lane import ProxyLane
 from app.proxy.open_requests import OpenRequests
 from app.proxy.redact import Redactor, provider_keys
-from app.proxy.routes import error_response
 from app.proxy.routes import routes as proxy_routes
 from app.proxy.stop_watch import StopWatcher
 from app.proxy.upstream import create_client
+from app.request_ids import RequestIdMiddleware
 from app.settings import Settings, get_settings
-
-logger = logging.getLogger("app.main")
 
 
 async def resolve_database(settings: Settings) -> str:
@@ -118,87 +107,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.router.routes.extend(proxy_routes)
     app.add_middleware(ProxyLane)  # inside the request-id middleware
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
-    console.install(app, settings)
-
-    @app.get("/healthz", tags=["health"])
-    async def healthz() -> dict[str, str]:
-        """The process is up."""
-        return {"status": "ok"}
-
-    @app.get("/readyz", tags=["health"])
-    async def readyz(request: Request) -> JSONResponse:
-        """The database answers (503 otherwise): the gateway can admit requests.
-        ``database`` says why not: ``unreachable``, or ``restarting`` (the embedded
-        PostgreSQL died and is being restarted)."""
-        watcher = getattr(request.app.state, "supervisor", None)
-        if watcher is not None and watcher.state != "ok":
-            return JSONResponse({"status": "unavailable", "database": watcher.state}, status_code=503)
-        try:
-            async with asyncio.timeout(settings.database_timeout_s):
-                async with request.app.state.db.acquire() as conn:
-                    await conn.fetchval("SELECT 1")
-        except Exception:  # noqa: BLE001
-            return JSONResponse({"status": "unavailable", "database": "unreachable"}, status_code=503)
-        return JSONResponse({"status": "ready", "database": "ok"})
-
-    @app.exception_handler(GatewayError)
-    async def _gateway_error(request: Request, exc: GatewayError):  # type: ignore[no-untyped-def]
-        events.GATEWAY_ANSWERED.emit(events.GatewayAnswered(request.url.path, exc))
-        return error_response(request.url.path, exc)
-
-    @app.exception_handler(AdminError)
-    async def _admin_error(request: Request, exc: AdminError):  # type: ignore[no-untyped-def]
-        return admin_errors.error_response(exc.status, exc.message, code=exc.code, param=exc.param,
-                                           headers=exc.headers)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException):  # type: ignore[no-untyped-def]
-        if request.url.path.startswith("/v1/"):
-            return error_response(request.url.path, GatewayError(
-                exc.status_code, "invalid_request_error", None, str(exc.detail)))
-        headers = dict(getattr(exc, "headers", None) or {})
-        if exc.status_code == 405:
-            headers["Allow"] = admin_errors.allow_header(request.app.router.routes, request.scope)
-        return admin_errors.error_response(exc.status_code, str(exc.detail), headers=headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError):  # type: ignore[no-untyped-def]
-        return admin_errors.validation_response(exc)
-
-    @app.exception_handler(asyncpg.PostgresError)
-    @app.exception_handler(asyncpg.InterfaceError)
-    @app.exception_handler(TimeoutError)
-    @app.exception_handler(OSError)
-    async def _database_error(request: Request, exc: Exception):  # type: ignore[no-untyped-def]
-        """503 (one rate-limited log line) while the database is out of reach; any other
-        database error is a bug: 500 with a request id."""
-        if not database_unreachable(exc):
-            return _internal_error(request, exc)
-        faults.report("database", f"unavailable under {request.url.path}; answering 503", exc)
-        return _gateway_or_admin(request, unavailable())
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):  # type: ignore[no-untyped-def]
-        return _internal_error(request, exc)
-
+    console.install(app)
+    handlers.install(app, settings)
     return app
-
-
-def _internal_error(request: Request, exc: Exception) -> Response:
-    """500 with a request id; the traceback goes to the log under that id."""
-    # ExceptionMiddleware handlers run inside the console's request-id middleware; the
-    # catch-all runs outside it (REQUEST_ID already reset): same id when the client sent one.
-    rid = REQUEST_ID.get() or request_id_from(request.scope["headers"])
-    logger.error("internal error on %s %s (request id %s)", request.method, request.url.path, rid,
-                 exc_info=exc)
-    message = f"taskgate hit an internal error (request id {rid}); see its log."
-    if request.url.path.startswith("/v1/"):
-        return error_response(request.url.path, GatewayError(
-            500, "internal_error", "internal_error", message, {"x-request-id": rid}))
-    return admin_errors.error_response(500, message, code="internal_error", request_id=rid)
-
-
-def _gateway_or_admin(request: Request, err: GatewayError) -> Response:
-    if request.url.path.startswith("/v1/"):
-        return error_response(request.url.path, err)
-    return admin_errors.error_response(err.status, err.message, code=err.code)

@@ -220,7 +220,7 @@ class Settings(BaseSettings):
         description="Regexes marking a tool result as failed; unset uses the built-in defaults.",
     )
 
-    # --- loop guard: result normalisation, new rules (issue 9) -------------------
+    # --- loop guard: result normalisation, failure and empty-result rules ----------
     result_normalizer_defaults: bool = Field(
         default=True,
         description="Apply the built-in result normalisers (Codex shell envelope, UUIDs, hex ids, "
@@ -267,7 +267,7 @@ class Settings(BaseSettings):
     def _valid_patterns(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
         return None if v is None else tuple(check_patterns(v))
 
-    # --- stops reaching open requests in every process (issue 12) ---------------
+    # --- stops reaching open requests in every process ---------------------------
     stop_listen: bool = Field(
         default=True,
         description="Hear stops from every gateway process at once through PostgreSQL LISTEN on "

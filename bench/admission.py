@@ -25,28 +25,14 @@ from bench.load import emit
 from bench.stats import summarize
 
 
-async def _database_handle(url: str, settings: Any) -> tuple[Any, Any]:
-    """What ``admit()`` takes as its first argument, built the way the gateway builds
-    it: an asyncpg pool (``app.db.pool``) or, in older trees, a SQLAlchemy engine
-    (``app.db.engine``). Returns it and its async close function."""
-    try:
-        from app.db.pool import create_pool
-    except ImportError:
-        from app.db.engine import create_engine
-
-        engine = create_engine(url, settings)
-        return engine, engine.dispose
-    pool = await create_pool(url, settings)
-    return pool, pool.close
-
-
 async def bench(spec: dict[str, Any]) -> dict[str, Any]:
     from app.admission.admission import admit
     from app.admission.tokens import token_hash
+    from app.db.pool import create_pool
     from app.settings import Settings
 
     settings = Settings(database_url=spec["database_url"], _env_file=None)  # type: ignore[call-arg]
-    engine, close = await _database_handle(spec["database_url"], settings)
+    pool = await create_pool(spec["database_url"], settings)
     hashes = [token_hash(t) for t in spec["tokens"]]
     loop = asyncio.get_running_loop()
     lat: list[float] = []
@@ -71,7 +57,7 @@ async def bench(spec: dict[str, Any]) -> dict[str, Any]:
             counter += 1
             t0 = time.perf_counter()
             try:
-                await admit(engine, h, settings)
+                await admit(pool, h, settings)
             except Exception as exc:  # noqa: BLE001
                 if measuring:
                     errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
@@ -91,7 +77,7 @@ async def bench(spec: dict[str, Any]) -> dict[str, Any]:
         except asyncio.TimeoutError:
             pass
     finally:
-        await close()
+        await pool.close()
     return {"n": len(lat), "rps": len(lat) / wall if wall > 0 else 0.0, "wall_s": wall,
             "latency_ms": summarize(lat), "client_cpu_s": cpu, "errors": errors}
 

@@ -10,12 +10,11 @@ from starlette.staticfiles import StaticFiles
 
 from app.console import listeners, metrics, webhook
 from app.console.docs import install_docs
-from app.settings import Settings
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
 
 
-def install(app: FastAPI, settings: Settings) -> None:
+def install(app: FastAPI) -> None:
     """``/metrics``, ``/ui`` (the dashboard), offline ``/docs``, and the console's
     subscriptions to the core's events (:mod:`app.console.listeners`)."""
     app.router.routes.append(Route("/metrics", metrics.metrics_endpoint, methods=["GET"],

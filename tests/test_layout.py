@@ -1,0 +1,121 @@
+"""The house's structure, read from the source: no import circle, the core never
+imports the rooms above it, and no module grows past ~400 lines.
+
+Imports are read with :mod:`ast` (nothing is imported); those under
+``if TYPE_CHECKING:`` are annotations only and are left out.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The core: what decides and relays. It must be readable and testable without the
+#: rooms above it.
+CORE = ("app.wire", "app.config", "app.db", "app.guard", "app.admission", "app.proxy",
+        "app.events", "app.errors", "app.request_ids", "app.fault_log", "app.settings")
+#: Above the core: the admin API, the console, the command line, the composition root.
+ABOVE = ("app.admin", "app.console", "app.cli", "app.main", "app.handlers", "app.demo",
+         "app.startup", "app.server")
+MAX_LINES = 400
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The ``app`` modules ``path`` imports at run time (module-level or in functions)."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for other in child.orelse:
+                    visit(other)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(a.name for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    target = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    target = child.module or ""
+                for alias in child.names:
+                    full = f"{target}.{alias.name}"
+                    found.add(full if full in modules else target)
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return {m for m in found if m in modules and m != name}
+
+
+def _graph() -> dict[str, set[str]]:
+    paths = sorted((ROOT / "app").rglob("*.py"))
+    modules = {_module_name(p) for p in paths}
+    return {_module_name(p): _imports(p, modules) for p in paths}
+
+
+def _within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_no_import_circle() -> None:
+    graph = _graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in graph:
+        if module not in index:
+            connect(module)
+    assert circles == []
+
+
+def test_the_core_never_imports_the_rooms_above_it() -> None:
+    upward = sorted(f"{m} -> {d}" for m, deps in _graph().items() if _within(m, CORE)
+                    for d in deps if _within(d, ABOVE))
+    assert upward == []
+
+
+def test_no_module_over_400_lines() -> None:
+    """Application, benchmark and test-support modules (test files themselves are
+    tables of cases and may run longer)."""
+    paths = [*(ROOT / "app").rglob("*.py"), *(ROOT / "bench").rglob("*.py"),
+             *(p for p in (ROOT / "tests").glob("*.py") if not p.name.startswith("test_"))]
+    long = sorted(f"{p.relative_to(ROOT)}: {n}" for p in paths
+                  if (n := len(p.read_text().splitlines())) > MAX_LINES)
+    assert long == []
