@@ -27,6 +27,7 @@ ANTHROPIC_ERROR_TYPES = {
     404: "not_found_error",
     409: "invalid_request_error",  # a stopped task (see TASK_STOPPED_STATUS)
     413: "request_too_large",
+    429: "rate_limit_error",
     502: "api_error",
     503: "overloaded_error",
     504: "timeout_error",

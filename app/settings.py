@@ -128,6 +128,14 @@ class Settings(BaseSettings):
     )
     upstream_max_connections: int = 1000
 
+    # --- dollar ceiling (issue 19) -----------------------------------------------
+    cost_wait_s: float = Field(
+        default=30.0, ge=0, allow_inf_nan=False,
+        description="Seconds a request of a task with cost_limit_usd waits when it fits only once the "
+        "reservations in flight settle (then 429 cost_reserved, not counted); a task's cost_wait_s wins; "
+        "0: refuse at once.",
+    )
+
     # --- requests ---------------------------------------------------------------
     max_body_bytes: int = Field(
         default=32 * 1024 * 1024, description="Largest request body accepted (413 above)."

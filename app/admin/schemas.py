@@ -130,6 +130,9 @@ class TaskLimits(BaseModel):
     cost_limit_usd: finite_number(ge=0, le=1e9) | None = Field(
         None, description="Hard ceiling in US dollars: a request is admitted only if the task's settled cost, "
         "the worst-case cost of its requests in flight and this request's worst-case cost stay within it.")
+    cost_wait_s: seconds(le=3600) | None = Field(
+        None, description="Seconds a request waits for the task's reservations in flight to settle when it "
+        "fits under cost_limit_usd only once they do (then 429 cost_reserved); default TASKGATE_COST_WAIT_S.")
     allowed_models: list[Annotated[SafeText, StringConstraints(min_length=1, max_length=256)]] | None = Field(
         None, max_length=100,
         description="Model globs the task may use (e.g. [\"gpt-4.1*\"]); other models get 403 "
@@ -202,6 +205,7 @@ class Task(BaseModel):
     cost_limit_usd: float | None = Field(None, description="Dollar ceiling (US dollars), null: none.")
     cost_usd: float = Field(0, description="Settled cost of finished requests (US dollars).")
     reserved_usd: float = Field(0, description="Worst-case cost of requests in flight (US dollars).")
+    cost_wait_s: float | None = None
     allowed_models: list[str] | None = None
     metadata: dict[str, Any]
     first_admitted_at: datetime | None

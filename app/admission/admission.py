@@ -13,7 +13,12 @@ Every admitted POST runs one PostgreSQL transaction that holds the task's row lo
   (:func:`limit_breach`), and a breach sets the durable stop latch in the same
   transaction. With a ``cost_limit_usd`` the request's worst-case cost is added to
   ``reserved_usd`` in the same statement that counts it, so N concurrent requests never
-  reserve past the ceiling (settled in :mod:`app.proxy.accounting`). Between the loop
+  reserve past the ceiling (settled in :mod:`app.proxy.accounting`). A request that
+  would fit once the reservations in flight settle is *held*
+  (:mod:`app.admission.ceiling`): its transaction rolls back before the loop guard runs,
+  it waits without a lock or a connection (:mod:`app.admission.holds`) up to
+  ``cost_wait_s`` (the task's, else ``TASKGATE_COST_WAIT_S``) and is decided again; still
+  held then: 429 ``cost_reserved``, not counted, no latch. Between the loop
   guard and the task's limits come the conversation's ceilings
   (:func:`app.guard.conversation_rules.conversation_breach`); a task with a conversation
   request or duration ceiling never takes the fast path (its ``WHERE`` requires none).
@@ -29,6 +34,7 @@ Nothing is ever refunded. A database that cannot be reached refuses the request 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -38,8 +44,10 @@ from typing import Any
 
 import asyncpg
 
+from app.admission import ceiling
 from app.admission.charge import Charge, charge_refusal
 from app import events
+from app.admission.holds import holds
 from app.admission.limits import limit_breach
 from app.admission.refusals import count_refusal, log_refusal, stop_refusal
 from app.db import tasks as task_rows
@@ -84,6 +92,15 @@ class Admitted:
     reservation_usd: Decimal = Decimal(0)
 
 
+class _Held(Exception):
+    """The dollar ceiling holds the request (:data:`ceiling.Decision.HOLD`); raised in
+    the admission transaction, which rolls back."""
+
+    def __init__(self, task: dict[str, Any], worst_usd: Decimal) -> None:
+        super().__init__(task["id"])
+        self.task, self.worst_usd = task, worst_usd
+
+
 async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
                 guard: GuardRequest | None = None, charge: Charge | None = None,
                 conversation_key: str = "", request_id: str | None = None) -> Admitted:
@@ -95,10 +112,30 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
 
     Raises :class:`GatewayError`: 401 unknown token; 403 ``task_stopped`` with the
     stop reason as ``code`` (``request_limit``, ``token_limit``, ``max_duration``, a
-    loop-guard reason, or whatever latched the task earlier); 503 when the database
+    loop-guard reason, or whatever latched the task earlier); 429 ``cost_reserved``
+    when the dollar ceiling held the request for its whole wait; 503 when the database
     cannot be reached. Any other error propagates (nothing was admitted: the
     transaction rolled back).
     """
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    deadline: float | None = None
+    while True:
+        try:
+            return await _attempt(pool, token_hash, settings, guard, charge, conversation_key, request_id)
+        except _Held as held:
+            wait_s = ceiling.wait_for(held.task, settings.cost_wait_s)
+            deadline = started + wait_s if deadline is None else deadline
+            left = deadline - loop.time()
+            if left <= 0:
+                raise ceiling.cost_reserved(held.task, held.worst_usd, loop.time() - started, wait_s) from None
+            if not await holds.wait(pool, held.task["id"], held.worst_usd, left):
+                deadline = loop.time()  # one last try, decided by the same rule
+
+
+async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guard: GuardRequest | None,
+                   charge: Charge | None, conversation_key: str, request_id: str | None) -> Admitted:
+    """One admission transaction (:func:`admit`); raises :class:`_Held` when held."""
     started = time.perf_counter()
     try:
         with fail_closed("admission"):
@@ -128,6 +165,8 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
             if priced is not None:
                 raise priced  # nothing written: not counted, no latch
         reservation = charge.reservation_usd() if task["cost_limit_usd"] is not None else Decimal(0)
+        if task["status"] == "active" and ceiling.task_decision(task, reservation) is ceiling.Decision.HOLD:
+            raise _Held(task, reservation)  # rolls back: nothing written, the lock released
         refusal, verdict = await _judge(conn, task, settings, guard, conversation_key, reservation, request_id)
         if refusal is None:
             return Admitted(dict(await conn.fetchrow(_COUNT, task["id"], reservation)), verdict, reservation)

@@ -20,9 +20,11 @@ def limit_breach(task: Mapping[str, Any], now: datetime,
     ``stop_reason`` one of ``request_limit`` (``admitted_requests >= request_limit``),
     ``token_limit`` (input + output tokens reported by upstream ``>= token_limit``)
     or ``max_duration`` (``now`` is ``max_duration_s`` seconds or more after the first
-    admitted request), or ``cost_limit`` (settled + reserved dollars + this request's
-    ``reservation_usd`` would pass ``cost_limit_usd``; an unpriced request never gets
-    here, :func:`app.admission.charge.charge_refusal` refused it).
+    admitted request), or ``cost_limit`` (settled dollars + this request's
+    ``reservation_usd`` would pass ``cost_limit_usd``, as if nothing else were in
+    flight: :func:`app.admission.ceiling.decide`; dollars merely reserved by requests in
+    flight hold a request, they never latch; an unpriced request never gets here,
+    :func:`app.admission.charge.charge_refusal` refused it).
     """
     if task["admitted_requests"] >= task["request_limit"]:
         return "request_limit", {
@@ -40,7 +42,7 @@ def limit_breach(task: Mapping[str, Any], now: datetime,
                                     "max_duration_s": task["max_duration_s"]}
     limit = task.get("cost_limit_usd")
     if limit is not None and reservation_usd is not None:
-        if task["cost_usd"] + task["reserved_usd"] + reservation_usd > limit:
+        if task["cost_usd"] + reservation_usd > limit:  # settled alone: holds never latch
             return "cost_limit", {"cost_usd": str(task["cost_usd"]), "reserved_usd": str(task["reserved_usd"]),
                                   "request_reservation_usd": str(reservation_usd),
                                   "cost_limit_usd": str(limit)}
@@ -72,9 +74,10 @@ def explain_stop(reason: str | None, detail: Mapping[str, Any] | None) -> str | 
     if reason == "max_duration":
         return f"{d.get('elapsed_s')} s passed since its first request; max_duration_s is {d.get('max_duration_s')}"
     if reason == "cost_limit":
-        return (f"{dollars(Decimal(d.get('cost_usd', 0)))} spent and {dollars(Decimal(d.get('reserved_usd', 0)))} "
-                f"reserved; the next request could cost up to {dollars(Decimal(d.get('request_reservation_usd', 0)))}, "
-                f"which would pass its cost_limit_usd of {dollars(Decimal(d.get('cost_limit_usd', 0)))}")
+        return (f"{dollars(Decimal(d.get('cost_usd', 0)))} settled (and {dollars(Decimal(d.get('reserved_usd', 0)))} "
+                f"held by requests in flight); the next request could cost up to "
+                f"{dollars(Decimal(d.get('request_reservation_usd', 0)))}, which would pass its cost_limit_usd of "
+                f"{dollars(Decimal(d.get('cost_limit_usd', 0)))} even once nothing else is in flight")
     if reason == "repeated_stalls":
         return f"upstream streams stalled {d.get('stalls')} times; max_stalls is {d.get('max_stalls')}"
     if d.get("by") == "operator":

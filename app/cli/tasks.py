@@ -45,6 +45,7 @@ def limit_options(fn: Callable) -> Callable:
         ("--tool-call-limit", int, "Tool calls of the whole task."),
         ("--max-stalls", int, "Stream stalls before the task stops."),
         ("--cost-limit", float, "Dollar ceiling (US dollars)."),
+        ("--cost-wait", float, "Seconds a request waits for reservations in flight to settle."),
     )):
         fn = click.option(name, type=OptionalNumber(kind), default=None, help=help_ + " 'none' removes it.")(fn)
     return fn
@@ -54,7 +55,8 @@ def limits_body(**opts: Any) -> dict[str, Any]:
     """Admin API fields from the limit options given (``none`` → ``null``)."""
     names = {"request_limit": "request_limit", "token_limit": "token_limit",
              "max_duration": "max_duration_s", "tool_call_limit": "tool_call_limit",
-             "max_stalls": "max_stalls", "cost_limit": "cost_limit_usd"}
+             "max_stalls": "max_stalls", "cost_limit": "cost_limit_usd",
+             "cost_wait": "cost_wait_s"}
     return {api: (None if opts[o] == "none" else opts[o]) for o, api in names.items()
             if opts.get(o) is not None}
 

@@ -66,6 +66,10 @@ tasks = Table(
     Column("cost_usd", Numeric(20, 10), nullable=False, server_default=text("0")),
     Column("reserved_usd", Numeric(20, 10), nullable=False, server_default=text("0")),
     Column("allowed_models", JSONB),
+    # dollar ceiling v2 (migration 0004)
+    Column("cost_wait_s", Float),
+    Column("default_max_output_tokens", BigInteger),
+    Column("unmetered_responses", BigInteger, nullable=False, server_default=text("0")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
@@ -118,4 +122,9 @@ conversations = Table(
     Column("response_hash", Text),
     Column("response_streak", Integer, nullable=False, server_default=text("0")),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # the input-token anchor of the dollar ceiling (migration 0004)
+    Column("anchor_input_tokens", BigInteger),
+    Column("anchor_items", Integer),
+    Column("anchor_hash", Text),
+    Column("anchor_model", Text),
 )

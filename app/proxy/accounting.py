@@ -21,6 +21,7 @@ import asyncpg
 
 from app import events
 from app.admission.cost import settle
+from app.admission.holds import holds
 from app.config.schema import Price
 from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
@@ -77,6 +78,8 @@ class Accounting:
                 f"the usage ({usage.input_tokens if usage else 0} input, "
                 f"{usage.output_tokens if usage else 0} output tokens), cost and "
                 f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")
+            if self.reservation_usd:
+                holds.settled(self.task_id)  # requests of the task waiting here decide again now
         repeated = outcome.detail.get("repeated_output")
         if repeated is not None and self.guard_enabled:
             detail = {**repeated, "conversation_key": self.conversation_key,
