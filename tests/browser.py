@@ -31,9 +31,16 @@ def chromium() -> Iterator["object"]:
     options.binary_location = CHROMIUM
     for flag in (*FLAGS, f"--user-data-dir={profile}"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # console_errors() reads them
     driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
     try:
         yield driver
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def console_errors(driver: "object") -> list[str]:
+    """The page's console messages at level SEVERE since the last call: uncaught
+    exceptions and failed loads (a 404 favicon, a missing script) alike."""
+    return [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]  # type: ignore[attr-defined]

@@ -15,7 +15,11 @@ from urllib.parse import urlsplit
 import openai
 import pytest
 
-from tests.browser import chromium
+import re
+
+import httpx
+
+from tests.browser import chromium, console_errors
 from tests.support import ADMIN_TOKEN
 from tests.test_loop_guard_e2e import chat_agent
 
@@ -65,7 +69,7 @@ def tasks(gateway, admin, upstream):
 
 
 def _login(driver, url: str, token: str) -> None:
-    driver.get(url + "/ui/")
+    driver.get(url + "/ui/#/tasks")
     field = _wait(driver, lambda d: _css(d, "#login #token"), "the login form")
     field.send_keys(token)
     _css(driver, "#login button").click()
@@ -78,6 +82,8 @@ def test_dashboard_list_task_stop_resume_limits(gateway, admin, tasks, tmp_path)
     with chromium() as driver:
         _login(driver, gateway.url, "wrong-token")
         _wait(driver, lambda d: "not accepted" in _css(d, "#login").text, "the token refusal")
+        # where a generated admin token is kept
+        assert "~/.local/share/taskgate/admin_token" in _css(driver, "#login").text
         _css(driver, "#login #token").clear()
         _css(driver, "#login #token").send_keys(ADMIN_TOKEN)
         _css(driver, "#login button").click()
@@ -127,7 +133,7 @@ def test_dashboard_list_task_stop_resume_limits(gateway, admin, tasks, tmp_path)
         if os.environ.get("TASKGATE_UPDATE_SCREENSHOTS"):
             DOCS.mkdir(exist_ok=True)
             driver.save_screenshot(str(DOCS / "dashboard-task.png"))
-            driver.get(gateway.url + "/ui/#/")
+            driver.get(gateway.url + "/ui/#/tasks")
             _wait(driver, lambda d: _css(d, f'tr[data-task="{looped}"]'), "the list")
             driver.save_screenshot(str(DOCS / "dashboard.png"))
     assert (tmp_path / "tasks.png").stat().st_size > 10_000
@@ -140,3 +146,62 @@ def test_docs_render_offline(gateway):
         assert "taskgate" in title[0].text
         _wait(driver, lambda d: "/admin/tasks" in _css(d, ".swagger-ui").text, "the admin operations")
         _only_local_resources(driver, gateway.url)
+
+
+_NULLISH = re.compile(r"\b(null|undefined|NaN)\b")
+
+
+def _page_text(driver) -> str:
+    return _css(driver, "main").text
+
+
+def test_active_task_page_shows_no_null_empty_tables_say_none_yet(gateway, admin):
+    """An active task with no requests yet: no stray ``null`` (``replaceChildren`` given a
+    missing stop card), every empty table says "none yet", no console error (favicon
+    included)."""
+    active, _ = admin.create_task(id=f"ui-fresh-{os.getpid()}", request_limit=7)
+    with chromium() as driver:
+        _login(driver, gateway.url, ADMIN_TOKEN)
+        driver.get(f"{gateway.url}/ui/#/task/{active}")
+        _wait(driver, lambda d: _all(d, "#stop") and _all(d, "#tool-calls"), "the active task's page")
+        text = _page_text(driver)
+        assert not _NULLISH.search(text), text
+        for table in ("#tool-calls", "#conversations"):
+            assert "none yet" in _css(driver, table).text, table
+        assert "requests 0 / 7" in text
+        assert console_errors(driver) == []
+
+
+def test_api_errors_show_their_message_and_dollars_are_shown(gateway, admin):
+    """A 422 from the admin API shows its message (the API answers ``{"error": {...}}``,
+    not ``detail``); a task with a dollar ceiling shows a cost bar, a cost field in the
+    limits form and its ceiling in the ``created`` event."""
+    task, _ = admin.create_task(id=f"ui-dollars-{os.getpid()}", request_limit=9, cost_limit_usd=5)
+    with chromium() as driver:
+        _login(driver, gateway.url, ADMIN_TOKEN)
+        driver.get(f"{gateway.url}/ui/#/task/{task}")
+        cost = _wait(driver, lambda d: _css(d, '[data-meter="cost"]'), "the cost bar")
+        assert "$0.00 spent / $5.00" in cost.text
+        field = _css(driver, '#limits input[name="cost_limit_usd"]')
+        assert field.get_attribute("value") == "5"
+        assert "cost_limit_usd=5" in _css(driver, "#events").text
+        assert console_errors(driver) == []
+        # request_limit cannot be removed: the API answers 422 with a message
+        _css(driver, '#limits input[name="request_limit"]').clear()
+        _css(driver, "#limits button").click()
+        msg = _wait(driver, lambda d: "HTTP 422" in _css(d, "#limits-msg").text and _css(d, "#limits-msg"),
+                    "the refusal")
+        assert "request_limit" in msg.text and not _NULLISH.search(msg.text), msg.text
+        # the dollar ceiling is editable
+        field.clear()
+        field.send_keys("7.5")
+        _css(driver, '#limits input[name="request_limit"]').send_keys("9")
+        _css(driver, "#limits button").click()
+        _wait(driver, lambda d: admin.task(task)["cost_limit_usd"] == 7.5, "the new ceiling")
+        assert all("status of 422" in e for e in console_errors(driver))  # the refusal above, nothing else
+
+
+def test_favicon(gateway):
+    r = httpx.get(gateway.url + "/favicon.ico")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("image/")
+    assert r.content.startswith(b"<svg")

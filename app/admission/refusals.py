@@ -66,6 +66,17 @@ def stop_message(task: Mapping[str, Any]) -> str | None:
     return stop_refusal(task).message
 
 
+#: The limits a ``created`` event names, in this order.
+_CREATED_LIMITS = ("request_limit", "token_limit", "cost_limit_usd", "max_duration_s", "tool_call_limit",
+                   "max_stalls", "conversation_request_limit", "conversation_tool_call_limit",
+                   "conversation_max_duration_s")
+
+
+def _number(v: Any) -> str:
+    """``5.0`` → ``5``; other values as they are."""
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+
+
 def event_message(kind: str, reason: str | None, detail: Mapping[str, Any] | None) -> str:
     """One sentence for a ``task_events`` row (``kind``, ``reason``, ``detail``)."""
     d = detail or {}
@@ -76,9 +87,7 @@ def event_message(kind: str, reason: str | None, detail: Mapping[str, Any] | Non
         return (f"Resumed by an operator ({reason}); it had stopped for "
                 f"{d.get('previous_stop_reason')}.")
     if kind == "created":
-        limits = ", ".join(f"{k}={v}" for k, v in d.items()
-                           if k in ("request_limit", "token_limit", "max_duration_s", "tool_call_limit",
-                                    "max_stalls") and v is not None)
+        limits = ", ".join(f"{k}={_number(d[k])}" for k in _CREATED_LIMITS if d.get(k) is not None)
         return "Created" + (f" with {limits}." if limits else ".")
     if kind == "limits_changed":
         before, after = d.get("before") or {}, d.get("after") or {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import FastAPI
+from starlette.responses import FileResponse
 from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 
@@ -20,9 +21,16 @@ def install(app: FastAPI) -> None:
     app.router.routes.append(Route("/metrics", metrics.metrics_endpoint, methods=["GET"],
                                    include_in_schema=False))
     if UI_DIR.is_dir():
+        app.router.routes.append(Route("/favicon.ico", _favicon, methods=["GET"], include_in_schema=False))
         app.mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui")
     install_docs(app)
     listeners.subscribe()
+
+
+async def _favicon(_request: object) -> FileResponse:
+    """``/favicon.ico``: the dashboard's icon (an SVG, which browsers take at this path)."""
+    return FileResponse(UI_DIR / "favicon.svg", media_type="image/svg+xml",
+                        headers={"cache-control": "public, max-age=86400"})
 
 
 async def started(app: FastAPI) -> None:
