@@ -5,6 +5,8 @@ from __future__ import annotations
 from decimal import Decimal as D
 
 from app.admission.ceiling import Decision, cost_reserved, decide, retry_after_s, wait_for, wake_order
+from app.task import Task
+from tests.task_values import task_value
 
 
 def test_only_settled_dollars_and_the_worst_case_latch() -> None:
@@ -16,9 +18,9 @@ def test_only_settled_dollars_and_the_worst_case_latch() -> None:
     assert decide(D(100), D(100), D(100), None) is Decision.ADMIT
 
 
-def _task(cost: str, reserved: str, limit: str | None = "5", status: str = "active") -> dict:
-    return {"id": "t", "status": status, "cost_usd": D(cost), "reserved_usd": D(reserved),
-            "cost_limit_usd": None if limit is None else D(limit)}
+def _task(cost: str, reserved: str, limit: str | None = "5", status: str = "active") -> Task:
+    return task_value(id="t", status=status, cost_usd=D(cost), reserved_usd=D(reserved),
+                      cost_limit_usd=None if limit is None else D(limit))
 
 
 def test_waiters_are_woken_in_order_while_the_headroom_lasts() -> None:
@@ -31,8 +33,8 @@ def test_waiters_are_woken_in_order_while_the_headroom_lasts() -> None:
 
 
 def test_the_wait_and_its_retry_after() -> None:
-    assert wait_for({"cost_wait_s": None}, 30.0) == 30.0
-    assert wait_for({"cost_wait_s": 0.5}, 30.0) == 0.5
+    assert wait_for(task_value(cost_wait_s=None), 30.0) == 30.0
+    assert wait_for(task_value(cost_wait_s=0.5), 30.0) == 0.5
     assert (retry_after_s(0), retry_after_s(0.5), retry_after_s(30), retry_after_s(600)) == (1, 1, 30, 60)
     err = cost_reserved(_task("0.5", "4"), D("1.2"), 30.02, 30)
     assert (err.status, err.type, err.code) == (429, "rate_limit_error", "cost_reserved")

@@ -20,6 +20,7 @@ from app.db.pool import create_pool, statement_cache_size
 from app.db.schema import metadata
 from app.errors import GatewayError
 from app.settings import Settings
+from tests.task_values import task_value
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ async def test_fast_path_sql_agrees_with_limit_breach(pool, state):
             task_id, token_hash(token), row["admitted_requests"], row["request_limit"], row["token_limit"],
             row["input_tokens"], row["output_tokens"], row["max_duration_s"], row["first_admitted_at"])
         admitted = await conn.fetchrow(FAST_ADMIT, token_hash(token))
-    expected = limit_breach(row, datetime.now(timezone.utc)) is None
+    expected = limit_breach(task_value(**row), datetime.now(timezone.utc)) is None
     assert (admitted is not None) == expected
 
 

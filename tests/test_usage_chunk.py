@@ -5,21 +5,23 @@ from __future__ import annotations
 import pytest
 
 from app.proxy.usage_chunk import needs_usage, strip_usage_chunks, with_usage
+from app.task import Task
+from tests.task_values import task_value
 
-LIMITED = {"token_limit": 1000, "cost_limit_usd": None}
+LIMITED = task_value(token_limit=1000, cost_limit_usd=None)
 
 
 @pytest.mark.parametrize(("path", "payload", "task", "expected"), [
     ("/v1/chat/completions", {"stream": True}, LIMITED, True),
-    ("/v1/chat/completions", {"stream": True}, {"token_limit": None, "cost_limit_usd": 5}, True),
-    ("/v1/chat/completions", {"stream": True}, {"token_limit": None, "cost_limit_usd": None}, False),
+    ("/v1/chat/completions", {"stream": True}, task_value(token_limit=None, cost_limit_usd=5), True),
+    ("/v1/chat/completions", {"stream": True}, task_value(token_limit=None, cost_limit_usd=None), False),
     ("/v1/chat/completions", {"stream": False}, LIMITED, False),
     ("/v1/chat/completions", {"stream": True, "stream_options": {"include_usage": True}}, LIMITED, False),
     ("/v1/chat/completions", {"stream": True, "stream_options": {"include_usage": False}}, LIMITED, True),
     ("/v1/completions", {"stream": True}, LIMITED, True),
     ("/v1/responses", {"stream": True}, LIMITED, False),
 ])
-def test_needs_usage(path: str, payload: dict, task: dict, expected: bool) -> None:
+def test_needs_usage(path: str, payload: dict, task: Task, expected: bool) -> None:
     assert needs_usage(path, payload, task) is expected
 
 

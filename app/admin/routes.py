@@ -13,6 +13,7 @@ from __future__ import annotations
 import secrets
 from collections import defaultdict
 from decimal import Decimal
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
@@ -29,6 +30,7 @@ from app.db.pool import durable
 from app.guard.detector import CallRecord, detect
 from app.guard.ledger import thresholds_for
 from app.request_ids import REQUEST_ID
+from app.task import Task
 
 _bearer = HTTPBearer(auto_error=False)
 
@@ -86,10 +88,12 @@ def _json_value(value: Any) -> Any:
     return float(value) if isinstance(value, Decimal) else value
 
 
-def _task(row: Any) -> schemas.Task:
+def _task(row: Mapping[str, Any]) -> schemas.Task:
+    """The admin API's view of a ``tasks`` row: its columns, ``total_tokens`` and
+    ``stop_message``."""
     d = dict(row)
     d["total_tokens"] = d["input_tokens"] + d["output_tokens"]
-    d["stop_message"] = stop_message(d)
+    d["stop_message"] = stop_message(Task.from_row(row))
     return schemas.Task.model_validate(d)
 
 
@@ -158,14 +162,14 @@ async def update_task(task_id: TaskIdPath, body: schemas.TaskPatch, request: Req
         if task is None:
             raise _not_found(task_id)
         if not changes:
-            return _task(task)
+            return _task(await conn.fetchrow(_GET, task_id))
         await durable(conn)
         columns = list(changes)  # names from _PATCHABLE only, never from the request
         sets = ", ".join(f"{name} = ${i}" for i, name in enumerate(columns, start=2))
         row = await conn.fetchrow(f"UPDATE tasks SET {sets}, updated_at = now() WHERE id = $1 RETURNING *",
                                   task_id, *(_column_value(c, changes[c]) for c in columns))
         await task_rows.add_event(conn, task_id, "limits_changed", None, {
-            "before": {k: _json_value(task[k]) for k in changes}, "after": changes},
+            "before": {k: _json_value(task.column(k)) for k in changes}, "after": changes},
             request_id=REQUEST_ID.get())
     return _task(row)
 
@@ -198,13 +202,13 @@ async def resume_task(task_id: TaskIdPath, body: schemas.ResumeRequest, request:
         task = await task_rows.lock_task(conn, task_id=task_id)
         if task is None:
             raise _not_found(task_id)
-        if task["status"] != "stopped":
+        if task.status != "stopped":
             raise AdminError(409, "task_not_stopped", f"Task '{task_id}' is not stopped.")
         await durable(conn)
         row = await conn.fetchrow(_CLEAR, task_id)
         await task_rows.add_event(conn, task_id, "resumed", body.reason, {
-            "previous_stop_reason": task["stop_reason"], "previous_stop_detail": task["stop_detail"],
-            "admitted_requests": task["admitted_requests"], "request_limit": task["request_limit"]},
+            "previous_stop_reason": task.stop_reason, "previous_stop_detail": task.stop_detail,
+            "admitted_requests": task.admitted_requests, "request_limit": task.request_limit},
             request_id=REQUEST_ID.get())
     return _task(row)
 
@@ -240,7 +244,7 @@ async def task_tool_calls(task_id: TaskIdPath, request: Request, after: AfterSeq
         by_conversation[r["conversation_key"]].append(
             CallRecord(r["call_id"], r["tool_name"], r["arguments_hash"], r["result_hash"], r["is_error"],
                        r["is_empty"]))
-    thresholds = thresholds_for(dict(task), settings)
+    thresholds = thresholds_for(Task.from_row(task), settings)
     conversations = []
     for key, history in by_conversation.items():
         v = detect(history, thresholds)

@@ -57,6 +57,7 @@ from app.guard.conversation_rules import conversation_breach
 from app.guard.detector import Action, Verdict
 from app.guard.ledger import GuardRequest, record_request
 from app.settings import Settings
+from app.task import Task
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class Admitted:
     """An admitted request: the task row after the reservation, and the loop guard's
     verdict on the results it carried (``None`` when it carried none)."""
 
-    task: dict[str, Any]
+    task: Task
     verdict: Verdict | None = None
     reservation_usd: Decimal = Decimal(0)
 
@@ -96,8 +97,8 @@ class _Held(Exception):
     """The dollar ceiling holds the request (:data:`ceiling.Decision.HOLD`); raised in
     the admission transaction, which rolls back."""
 
-    def __init__(self, task: dict[str, Any], worst_usd: Decimal) -> None:
-        super().__init__(task["id"])
+    def __init__(self, task: Task, worst_usd: Decimal) -> None:
+        super().__init__(task.id)
         self.task, self.worst_usd = task, worst_usd
 
 
@@ -129,7 +130,7 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
             left = deadline - loop.time()
             if left <= 0:
                 raise ceiling.cost_reserved(held.task, held.worst_usd, loop.time() - started, wait_s) from None
-            if not await holds.wait(pool, held.task["id"], held.worst_usd, left):
+            if not await holds.wait(pool, held.task.id, held.worst_usd, left):
                 deadline = loop.time()  # one last try, decided by the same rule
 
 
@@ -145,7 +146,7 @@ async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guar
                 if guard is None and not global_ceiling:
                     row = await conn.fetchrow(FAST_ADMIT, token_hash)  # its own transaction
                     if row is not None:
-                        return Admitted(dict(row))
+                        return Admitted(Task.from_row(row))
                 key = guard.conversation_key if guard is not None else conversation_key
                 return await _admit_locked(conn, token_hash, settings, guard, charge or Charge(None), key,
                                            request_id)
@@ -160,27 +161,28 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
         task = await task_rows.lock_task(conn, token_hash=token_hash)
         if task is None:
             raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
-        if task["status"] == "active":
+        if task.active:
             priced = charge_refusal(task, charge)
             if priced is not None:
                 raise priced  # nothing written: not counted, no latch
-        reservation = charge.reservation_usd() if task["cost_limit_usd"] is not None else Decimal(0)
-        if task["status"] == "active" and ceiling.task_decision(task, reservation) is ceiling.Decision.HOLD:
+        reservation = charge.reservation_usd() if task.cost_limit_usd is not None else Decimal(0)
+        if task.active and ceiling.task_decision(task, reservation) is ceiling.Decision.HOLD:
             raise _Held(task, reservation)  # rolls back: nothing written, the lock released
         refusal, verdict = await _judge(conn, task, settings, guard, conversation_key, reservation, request_id)
         if refusal is None:
-            return Admitted(dict(await conn.fetchrow(_COUNT, task["id"], reservation)), verdict, reservation)
-        log_refusal(task["id"], refusal.code or "stopped", await count_refusal(conn, task["id"]))
+            return Admitted(Task.from_row(await conn.fetchrow(_COUNT, task.id, reservation)), verdict,
+                            reservation)
+        log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))
     # the latch and the refusal count are committed; only now refuse
     raise refusal
 
 
-async def _judge(conn: asyncpg.Connection, task: dict[str, Any], settings: Settings,
+async def _judge(conn: asyncpg.Connection, task: Task, settings: Settings,
                  guard: GuardRequest | None, conversation_key: str, reservation: Decimal,
                  request_id: str | None) -> tuple[GatewayError | None, Verdict | None]:
     """The refusal for this request (``None``: admit, with the conversation counted)
     and the loop guard's verdict; latches the task on a new stop."""
-    if task["status"] != "active":
+    if not task.active:
         return stop_refusal(task), None
     verdict = None
     if guard is not None:
@@ -190,7 +192,7 @@ async def _judge(conn: asyncpg.Connection, task: dict[str, Any], settings: Setti
     now = datetime.now(timezone.utc)
     limits = conversations.limits_for(task, settings)
     if limits.active:
-        conversation = await conversations.get(conn, task["id"], conversation_key)
+        conversation = await conversations.get(conn, task.id, conversation_key)
         breach = conversation_breach(conversation, limits, now)
         if breach is not None:
             reason, detail = breach
@@ -200,18 +202,18 @@ async def _judge(conn: asyncpg.Connection, task: dict[str, Any], settings: Setti
     if breach is not None:
         return await _latch(conn, task, *breach, request_id), verdict
     if limits.active:
-        await conversations.count_request(conn, task["id"], conversation_key)
+        await conversations.count_request(conn, task.id, conversation_key)
     return None, verdict
 
 
-async def _latch(conn: asyncpg.Connection, task: dict[str, Any], reason: str,
+async def _latch(conn: asyncpg.Connection, task: Task, reason: str,
                  detail: dict[str, Any], request_id: str | None) -> GatewayError:
     """Set the latch for a stop; the refusal to answer with."""
-    await task_rows.set_latch(conn, task["id"], reason, detail, request_id=request_id)
+    await task_rows.set_latch(conn, task.id, reason, detail, request_id=request_id)
     return stop_refusal(task, reason, detail)
 
 
-async def authenticate(pool: asyncpg.Pool, token_hash: str) -> dict[str, Any]:
+async def authenticate(pool: asyncpg.Pool, token_hash: str) -> Task:
     """Look up a task by token without consuming allowance (GETs, token counting).
 
     Raises 401 for an unknown token and 503 when the database cannot be reached
@@ -223,4 +225,4 @@ async def authenticate(pool: asyncpg.Pool, token_hash: str) -> dict[str, Any]:
             row = await conn.fetchrow("SELECT * FROM tasks WHERE token_hash = $1", token_hash)
     if row is None:
         raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
-    return dict(row)
+    return Task.from_row(row)

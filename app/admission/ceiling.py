@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any
 
 from app.admission.cost import dollars
 from app.errors import GatewayError
+from app.task import Task
 
 #: ``retry-after`` of a ``cost_reserved`` refusal is the wait, in whole seconds, within these.
 RETRY_AFTER_MIN_S, RETRY_AFTER_MAX_S = 1, 60
@@ -45,24 +45,24 @@ def decide(cost_usd: Decimal, reserved_usd: Decimal, worst_usd: Decimal, limit_u
     return Decision.ADMIT
 
 
-def task_decision(task: Mapping[str, Any], worst_usd: Decimal) -> Decision:
-    """:func:`decide` on a ``tasks`` row (``cost_usd``, ``reserved_usd``, ``cost_limit_usd``)."""
-    return decide(task["cost_usd"], task["reserved_usd"], worst_usd, task.get("cost_limit_usd"))
+def task_decision(task: Task, worst_usd: Decimal) -> Decision:
+    """:func:`decide` on a task's ``cost_usd``, ``reserved_usd`` and ``cost_limit_usd``."""
+    return decide(task.cost_usd, task.reserved_usd, worst_usd, task.cost_limit_usd)
 
 
-def wake_order(task: Mapping[str, Any], waiting: Sequence[Decimal]) -> list[int]:
+def wake_order(task: Task, waiting: Sequence[Decimal]) -> list[int]:
     """Which of the ``waiting`` worst cases (in arrival order) to wake for another try,
-    given the task row ``task`` just read: every one a stop, a resume or a changed ceiling
+    given the task ``task`` just read: every one a stop, a resume or a changed ceiling
     may have decided (the task is no longer active, or has no ceiling), else, in order,
     each that fits in the headroom left by those woken before it (greedy: a large request
     does not block smaller ones behind it), and each that now latches (to be refused)."""
-    if task.get("status") != "active" or task.get("cost_limit_usd") is None:
+    limit = task.cost_limit_usd
+    if task.status != "active" or limit is None:
         return list(range(len(waiting)))
-    limit: Decimal = task["cost_limit_usd"]
-    room = limit - task["cost_usd"] - task["reserved_usd"]
+    room = limit - task.cost_usd - task.reserved_usd
     woken = []
     for i, worst in enumerate(waiting):
-        if task["cost_usd"] + worst > limit:
+        if task.cost_usd + worst > limit:
             woken.append(i)
         elif worst <= room:
             room -= worst
@@ -75,19 +75,19 @@ def retry_after_s(wait_s: float) -> int:
     return max(RETRY_AFTER_MIN_S, min(RETRY_AFTER_MAX_S, math.ceil(wait_s)))
 
 
-def wait_for(task: Mapping[str, Any], default_s: float) -> float:
+def wait_for(task: Task, default_s: float) -> float:
     """Seconds a held request of ``task`` waits: its ``cost_wait_s``, else ``default_s``."""
-    own = task.get("cost_wait_s")
+    own = task.cost_wait_s
     return default_s if own is None else float(own)
 
 
-def cost_reserved(task: Mapping[str, Any], worst_usd: Decimal, waited_s: float, wait_s: float) -> GatewayError:
+def cost_reserved(task: Task, worst_usd: Decimal, waited_s: float, wait_s: float) -> GatewayError:
     """429 ``cost_reserved``: the request was held for its whole wait (``task`` is the row
-    it was last decided on). Not counted, no latch; the client may retry (``retry-after``)."""
+    as it was last decided on). Not counted, no latch; the client may retry (``retry-after``)."""
     return GatewayError(
         429, "rate_limit_error", "cost_reserved",
-        f"Task '{task['id']}' has {dollars(task['cost_usd'])} spent and {dollars(task['reserved_usd'])} "
+        f"Task '{task.id}' has {dollars(task.cost_usd)} spent and {dollars(task.reserved_usd)} "
         f"held by requests in flight; this request could cost up to {dollars(worst_usd)}, which fits under "
-        f"its cost_limit_usd of {dollars(task['cost_limit_usd'])} only once they settle. Waited "
+        f"its cost_limit_usd of {dollars(task.cost_limit_usd)} only once they settle. Waited "
         f"{waited_s:.1f} s (cost_wait_s {wait_s:g}). Nothing was forwarded or counted; retry later.",
         {"retry-after": str(retry_after_s(wait_s)), "x-should-retry": "true"})

@@ -12,11 +12,13 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from app.admission.cost import input_token_bound, output_token_bound, reservation_usd
 from app.config.routing import Route
 from app.errors import GatewayError
+from app.task import Task
 
 #: Why a request has no reservation (``Charge.unpriced``).
 PRICE_UNKNOWN = "price_unknown"
@@ -72,7 +74,7 @@ def charge_for(route: Route | None, body: bytes, payload: Mapping[str, Any], *,
     return Charge(route, body, payload, embeddings, what or "this request")
 
 
-def model_allowed(allowed: list[str] | None, model: str | None) -> bool:
+def model_allowed(allowed: Sequence[str] | None, model: str | None) -> bool:
     """Whether ``model`` matches one of the task's ``allowed_models`` globs (``None``:
     every model is allowed; a request without a model is allowed only then)."""
     if allowed is None:
@@ -80,16 +82,16 @@ def model_allowed(allowed: list[str] | None, model: str | None) -> bool:
     return model is not None and any(fnmatch.fnmatchcase(model, pattern) for pattern in allowed)
 
 
-def charge_refusal(task: Mapping[str, Any], charge: Charge) -> GatewayError | None:
+def charge_refusal(task: Task, charge: Charge) -> GatewayError | None:
     """403 when the task cannot take this request for a pricing reason, else ``None``:
     ``model_not_allowed`` (not in ``allowed_models``), ``price_unknown`` (the task has a
     ``cost_limit_usd`` and the request cannot be priced)."""
-    if not model_allowed(task.get("allowed_models"), charge.model):
-        allowed = ", ".join(task["allowed_models"]) or "none"
+    if not model_allowed(task.allowed_models, charge.model):
+        allowed = ", ".join(task.allowed_models or ()) or "none"
         return GatewayError(403, "invalid_request_error", "model_not_allowed",
-                            f"Task '{task['id']}' may not use model '{charge.model}' (allowed_models: "
+                            f"Task '{task.id}' may not use model '{charge.model}' (allowed_models: "
                             f"{allowed}). Nothing was forwarded or counted.", {"x-should-retry": "false"})
-    unpriced = charge.unpriced() if task.get("cost_limit_usd") is not None else None
+    unpriced = charge.unpriced() if task.cost_limit_usd is not None else None
     if unpriced is not None:
         if unpriced == OUTPUT_UNBOUNDED:
             fix = ("set max_tokens (max_completion_tokens, max_output_tokens) in the request, or "
@@ -97,7 +99,7 @@ def charge_refusal(task: Mapping[str, Any], charge: Charge) -> GatewayError | No
         else:
             fix = "add a price for it (models[].price in TASKGATE_CONFIG)"
         return GatewayError(403, "invalid_request_error", "price_unknown",
-                            f"Task '{task['id']}' has a cost limit and taskgate cannot bound the cost of "
+                            f"Task '{task.id}' has a cost limit and taskgate cannot bound the cost of "
                             f"{charge.what}: {fix}. Nothing was forwarded or counted.",
                             {"x-should-retry": "false"})
     return None

@@ -20,12 +20,13 @@ from decimal import Decimal
 import asyncpg
 
 from app.admission.ceiling import wake_order
+from app.task import Task
 
 logger = logging.getLogger(__name__)
 
 #: Seconds between two reads of a task's dollars while requests of it wait.
 POLL_INTERVAL_S = 0.1
-_READ = "SELECT status, cost_usd, reserved_usd, cost_limit_usd FROM tasks WHERE id = $1"
+_READ = "SELECT * FROM tasks WHERE id = $1"
 
 
 @dataclass(eq=False, slots=True)
@@ -89,7 +90,7 @@ class Holds:
                 except Exception:  # noqa: BLE001 - admission itself reports (503 when unreachable)
                     logger.debug("could not read task %s for its waiting requests", task_id, exc_info=True)
                     row = None
-                woken = range(len(waiting)) if row is None else wake_order(dict(row), [w.worst_usd for w in waiting])
+                woken = range(len(waiting)) if row is None else wake_order(Task.from_row(row), [w.worst_usd for w in waiting])
                 for i in woken:
                     waiting[i].woken.set()
                 try:

@@ -8,15 +8,15 @@ from decimal import Decimal
 from typing import Any, Mapping
 
 from app.admission.cost import dollars
-
 from app.guard.detector import explain
+from app.task import Task
 
 
-def limit_breach(task: Mapping[str, Any], now: datetime,
+def limit_breach(task: Task, now: datetime,
                  reservation_usd: Decimal | None = None) -> tuple[str, dict[str, Any]] | None:
     """Which limit admitting one more request would break, or ``None``.
 
-    ``task`` is a ``tasks`` row. Returns ``(stop_reason, stop_detail)`` with
+    Returns ``(stop_reason, stop_detail)`` with
     ``stop_reason`` one of ``request_limit`` (``admitted_requests >= request_limit``),
     ``token_limit`` (input + output tokens reported by upstream ``>= token_limit``)
     or ``max_duration`` (``now`` is ``max_duration_s`` seconds or more after the first
@@ -26,40 +26,40 @@ def limit_breach(task: Mapping[str, Any], now: datetime,
     flight hold a request, they never latch; an unpriced request never gets here,
     :func:`app.admission.charge.charge_refusal` refused it).
     """
-    if task["admitted_requests"] >= task["request_limit"]:
+    if task.admitted_requests >= task.request_limit:
         return "request_limit", {
-            "admitted_requests": task["admitted_requests"],
-            "request_limit": task["request_limit"],
+            "admitted_requests": task.admitted_requests,
+            "request_limit": task.request_limit,
         }
-    tokens = task["input_tokens"] + task["output_tokens"]
-    if task["token_limit"] is not None and tokens >= task["token_limit"]:
-        return "token_limit", {"total_tokens": tokens, "token_limit": task["token_limit"]}
-    first = task["first_admitted_at"]
-    if task["max_duration_s"] is not None and first is not None:
+    tokens = task.total_tokens
+    if task.token_limit is not None and tokens >= task.token_limit:
+        return "token_limit", {"total_tokens": tokens, "token_limit": task.token_limit}
+    first = task.first_admitted_at
+    if task.max_duration_s is not None and first is not None:
         elapsed = (now - first).total_seconds()
-        if now >= first + timedelta(seconds=task["max_duration_s"]):
+        if now >= first + timedelta(seconds=task.max_duration_s):
             return "max_duration", {"elapsed_s": round(elapsed, 3),
-                                    "max_duration_s": task["max_duration_s"]}
-    limit = task.get("cost_limit_usd")
+                                    "max_duration_s": task.max_duration_s}
+    limit = task.cost_limit_usd
     if limit is not None and reservation_usd is not None:
-        if task["cost_usd"] + reservation_usd > limit:  # settled alone: holds never latch
-            return "cost_limit", {"cost_usd": str(task["cost_usd"]), "reserved_usd": str(task["reserved_usd"]),
+        if task.cost_usd + reservation_usd > limit:  # settled alone: holds never latch
+            return "cost_limit", {"cost_usd": str(task.cost_usd), "reserved_usd": str(task.reserved_usd),
                                   "request_reservation_usd": str(reservation_usd),
                                   "cost_limit_usd": str(limit)}
     return None
 
 
-def counters_sentence(task: Mapping[str, Any]) -> str:
+def counters_sentence(task: Task) -> str:
     """Human summary of a task's counters for refusal messages, e.g.
     ``"5 of 5 requests admitted, 1200 tokens, 14 tool calls"``."""
-    tokens = task["input_tokens"] + task["output_tokens"]
-    token_part = f"{tokens} tokens" + (f" of {task['token_limit']}" if task["token_limit"] else "")
-    sentence = (f"{task['admitted_requests']} of {task['request_limit']} requests admitted, "
-                f"{token_part}, {task['tool_calls']} tool calls")
-    if task.get("cost_limit_usd") is not None or task.get("cost_usd"):
-        limit = task.get("cost_limit_usd")
-        sentence += (f", {dollars(task.get('cost_usd'))}" + (f" of {dollars(limit)}" if limit is not None else "")
-                     + f" spent, {dollars(task.get('reserved_usd'))} reserved")
+    tokens = task.total_tokens
+    token_part = f"{tokens} tokens" + (f" of {task.token_limit}" if task.token_limit else "")
+    sentence = (f"{task.admitted_requests} of {task.request_limit} requests admitted, "
+                f"{token_part}, {task.tool_calls} tool calls")
+    limit = task.cost_limit_usd
+    if limit is not None or task.cost_usd:
+        sentence += (f", {dollars(task.cost_usd)}" + (f" of {dollars(limit)}" if limit is not None else "")
+                     + f" spent, {dollars(task.reserved_usd)} reserved")
     return sentence
 
 

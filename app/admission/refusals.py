@@ -20,6 +20,7 @@ import asyncpg
 
 from app.admission.limits import counters_sentence, explain_stop
 from app.errors import GatewayError, task_stopped
+from app.task import Task
 
 logger = logging.getLogger("app.admission.admission")
 
@@ -48,20 +49,20 @@ def log_refusal(task_id: str, reason: str, refused: int, now: float | None = Non
     return True
 
 
-def stop_refusal(task: Mapping[str, Any], reason: str | None = None,
+def stop_refusal(task: Task, reason: str | None = None,
                  detail: Mapping[str, Any] | None = None) -> GatewayError:
-    """The refusal of a request of ``task`` (a ``tasks`` row): stopped for ``reason``
+    """The refusal of a request of ``task``: stopped for ``reason``
     with ``detail`` (a stop being set now), else for its recorded ``stop_reason`` and
     ``stop_detail``. Its counters are the task's as given."""
     if reason is None:
-        reason, detail = task["stop_reason"], task["stop_detail"]
-    return task_stopped(task["id"], reason or "stopped", counters_sentence(task), explain_stop(reason, detail))
+        reason, detail = task.stop_reason, task.stop_detail
+    return task_stopped(task.id, reason or "stopped", counters_sentence(task), explain_stop(reason, detail))
 
 
-def stop_message(task: Mapping[str, Any]) -> str | None:
+def stop_message(task: Task) -> str | None:
     """The sentence a request of this stopped task is refused with (its counters as they
-    are now); ``None`` while the task is active. ``task`` is a ``tasks`` row."""
-    if task.get("status") != "stopped":
+    are now); ``None`` while the task is active."""
+    if task.status != "stopped":
         return None
     return stop_refusal(task).message
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Mapping
 from urllib.parse import urlsplit
@@ -25,6 +26,7 @@ import httpx
 from app.admission.refusals import stop_message
 from app.console import metrics
 from app.settings import Settings
+from app.task import Task
 
 logger = logging.getLogger("app.console.webhook")
 
@@ -44,8 +46,8 @@ def stop_payload(row: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON document for one stop. ``row`` is a ``tasks`` row plus ``event_reason``,
     ``event_detail`` and ``event_at`` of its ``stopped`` event. ``text`` makes it a
     valid Slack incoming-webhook message."""
-    task = {**row, "status": "stopped", "stop_reason": row["event_reason"],
-            "stop_detail": row["event_detail"]}
+    task = replace(Task.from_row(row), status="stopped", stop_reason=row["event_reason"],
+                   stop_detail=row["event_detail"])
     message = stop_message(task)
     counters = {k: row[k] for k in _COUNTERS}
     counters["total_tokens"] = row["input_tokens"] + row["output_tokens"]

@@ -11,6 +11,7 @@ import asyncpg
 from app import events
 from app.db.bounds import storable_json
 from app.db.pool import durable
+from app.task import Task
 
 logger = logging.getLogger(__name__)
 
@@ -27,13 +28,13 @@ _EVENT = ("INSERT INTO task_events (task_id, kind, reason, detail) VALUES ($1, $
 
 
 async def lock_task(conn: asyncpg.Connection, *, task_id: str | None = None,
-                    token_hash: str | None = None) -> dict[str, Any] | None:
+                    token_hash: str | None = None) -> Task | None:
     """``SELECT ... FOR UPDATE`` one task by id or token hash; ``None`` when absent."""
     if task_id is not None:
         row = await conn.fetchrow("SELECT * FROM tasks WHERE id = $1 FOR UPDATE", task_id)
     else:
         row = await conn.fetchrow("SELECT * FROM tasks WHERE token_hash = $1 FOR UPDATE", token_hash)
-    return dict(row) if row else None
+    return Task.from_row(row) if row else None
 
 
 async def add_event(conn: asyncpg.Connection, task_id: str, kind: str, reason: str | None = None,

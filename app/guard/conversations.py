@@ -5,13 +5,13 @@ read-check-count sequences here never race within one task."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
 
 from app.guard.conversation_rules import ConversationLimits
 from app.settings import Settings
+from app.task import Task
 
 _GET = ("SELECT requests, tool_calls, first_request_at, response_hash, response_streak"
         " FROM conversations WHERE task_id = $1 AND conversation_key = $2")
@@ -41,18 +41,18 @@ _ANSWER = (
 )
 
 
-def limits_for(task: Mapping[str, Any], settings: Settings) -> ConversationLimits:
+def limits_for(task: Task, settings: Settings) -> ConversationLimits:
     """The conversation ceilings in force: the task's columns, else the settings."""
-    request_limit = task.get("conversation_request_limit")
-    duration = task.get("conversation_max_duration_s")
+    request_limit = task.conversation_request_limit
+    duration = task.conversation_max_duration_s
     return ConversationLimits(
         request_limit=settings.conversation_request_limit if request_limit is None else request_limit,
         max_duration_s=settings.conversation_max_duration_s if duration is None else duration,
     )
 
 
-def tool_call_limit_for(task: Mapping[str, Any], settings: Settings) -> int | None:
-    limit = task.get("conversation_tool_call_limit")
+def tool_call_limit_for(task: Task, settings: Settings) -> int | None:
+    limit = task.conversation_tool_call_limit
     return settings.conversation_tool_call_limit if limit is None else limit
 
 

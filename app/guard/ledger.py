@@ -50,6 +50,7 @@ from app.guard.fingerprint import (
 )
 from app.guard.normalize import Normalizer, build
 from app.settings import Settings
+from app.task import LoopGuard, Task
 from app.wire.base import ResponseSummary, ToolCall, ToolResult, Usage
 
 logger = logging.getLogger(__name__)
@@ -102,31 +103,34 @@ class GuardRequest:
     tool_results: Sequence[ToolResult] = field(default_factory=list)
 
 
-def thresholds_for(task: Mapping[str, Any], settings: Settings) -> Thresholds:
+def _either(own: Any, default: Any) -> Any:
+    return default if own is None else own
+
+
+def thresholds_for(task: Task, settings: Settings) -> Thresholds:
     """The detector thresholds in force for ``task``: its ``loop_guard`` overrides on
     top of the global settings."""
-    o = task.get("loop_guard") or {}
-    per_tool = {**settings.per_tool_thresholds, **(o.get("per_tool_thresholds") or {})}
-    warn = o.get("loop_warning", settings.loop_warning)
+    o = task.loop_guard
+    per_tool = {**settings.per_tool_thresholds, **(o.per_tool_thresholds or {})}
+    warn = _either(o.loop_warning, settings.loop_warning)
     return Thresholds(
-        identical_streak=o.get("identical_streak", settings.identical_streak),
-        cycle_repeats=o.get("cycle_repeats", settings.cycle_repeats),
-        failure_streak=o.get("failure_streak", settings.failure_streak),
+        identical_streak=_either(o.identical_streak, settings.identical_streak),
+        cycle_repeats=_either(o.cycle_repeats, settings.cycle_repeats),
+        failure_streak=_either(o.failure_streak, settings.failure_streak),
         per_tool=per_tool,
-        tool_call_limit=(task["tool_call_limit"] if task.get("tool_call_limit") is not None
-                         else settings.tool_call_limit),
-        warn_after=o.get("loop_warning_after", settings.loop_warning_after) if warn else None,
-        empty_result_streak=o.get("empty_result_streak", settings.empty_result_streak),
+        tool_call_limit=_either(task.tool_call_limit, settings.tool_call_limit),
+        warn_after=_either(o.loop_warning_after, settings.loop_warning_after) if warn else None,
+        empty_result_streak=_either(o.empty_result_streak, settings.empty_result_streak),
         conversation_tool_call_limit=conversations.tool_call_limit_for(task, settings),
     )
 
 
-def normalizer_for(task: Mapping[str, Any], settings: Settings) -> Normalizer:
+def normalizer_for(task: Task, settings: Settings) -> Normalizer:
     """The result normaliser in force for ``task``: the defaults unless the task or the
     settings turn them off, then the global patterns, then the task's own."""
-    o = task.get("loop_guard") or {}
-    defaults = o.get("result_normalizer_defaults", settings.result_normalizer_defaults)
-    return build(defaults, (*settings.result_normalizers, *(o.get("result_normalizers") or ())))
+    o = task.loop_guard
+    defaults = _either(o.result_normalizer_defaults, settings.result_normalizer_defaults)
+    return build(defaults, (*settings.result_normalizers, *(o.result_normalizers or ())))
 
 
 @lru_cache(maxsize=8)
@@ -175,7 +179,7 @@ async def _history(conn: asyncpg.Connection, task_id: str, conversation_key: str
     return [CallRecord(*row) for row in reversed(rows)]
 
 
-async def record_request(conn: asyncpg.Connection, task: Mapping[str, Any], guard: GuardRequest,
+async def record_request(conn: asyncpg.Connection, task: Task, guard: GuardRequest,
                          settings: Settings, *, request_id: str | None = None) -> Verdict:
     """Add a request's new tool results to the ledger and judge the conversation.
 
@@ -185,7 +189,7 @@ async def record_request(conn: asyncpg.Connection, task: Mapping[str, Any], guar
     running the detector when nothing new was recorded (a resent history).
     ``request_id`` goes into the ``loop_warning`` event.
     """
-    task_id = task["id"]
+    task_id = task.id
     key = guard.conversation_key
     thresholds = thresholds_for(task, settings)
     new_calls = await _insert_calls(conn, task_id, key, guard.tool_calls)
@@ -207,7 +211,7 @@ async def record_request(conn: asyncpg.Connection, task: Mapping[str, Any], guar
     conv_calls = await conversations.add_tool_calls(conn, task_id, key, new_calls,
                                                     thresholds.conversation_tool_call_limit)
     history = await _history(conn, task_id, key, thresholds)
-    verdict = _describe(detect(history, thresholds, task_tool_calls=task["tool_calls"] + new_calls,
+    verdict = _describe(detect(history, thresholds, task_tool_calls=task.tool_calls + new_calls,
                                conversation_tool_calls=conv_calls),
                         thresholds, key, normalizer)
     if verdict.action is Action.WARN:
@@ -257,8 +261,8 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
             verdict = _describe(detect(history, thresholds, task_tool_calls=total,
                                        conversation_tool_calls=conv_calls),
                                 thresholds, conversation_key, normalizer_for(task, settings))
-            if verdict.action is Action.STOP and task["status"] == "active":
-                await task_rows.set_latch(conn, task_id, verdict.reason, dict(verdict.detail),
+            if verdict.action is Action.STOP and task.active:
+                await task_rows.set_latch(conn, task_id, verdict.reason or "stopped", dict(verdict.detail),
                                           request_id=request_id)
             return verdict
 
@@ -272,7 +276,7 @@ async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_ke
         task = await conn.fetchrow(_TASK_FOR_ANSWER, task_id)
         if task is None:
             return None
-        repeats = (task.get("loop_guard") or {}).get("response_repeats", settings.response_repeats)
+        repeats = _either(LoopGuard.from_json(task["loop_guard"]).response_repeats, settings.response_repeats)
         streak = await conversations.record_answer(conn, task_id, conversation_key, text_sha256)
         stop = repeated_response(streak, repeats)
         if stop is None:

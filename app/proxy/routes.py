@@ -62,6 +62,7 @@ from app.proxy.upstream import request_headers, upstream_url
 from app.proxy.usage_chunk import needs_usage, with_usage
 from app.request_ids import REQUEST_ID
 from app.wire import CHAT_COMPLETIONS, UnknownWirePath, format_for_path
+from app.task import Task
 from app.wire.base import WireFormat
 
 logger = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ async def proxy_post(request: Request) -> Response:
         notice = None
         if verdict is not None and verdict.action is Action.WARN:
             tool = verdict.detail.get("tool_name", "the same tool")
-            events.LOOP_WARNED.emit(events.LoopWarned(task["id"], tool, verdict.count))
+            events.LOOP_WARNED.emit(events.LoopWarned(task.id, tool, verdict.count))
             notice = LOOP_NOTICE.format(tool=tool, count=verdict.count)
         add_usage = needs_usage(path, payload, task)
         if notice is not None or add_usage:
@@ -203,19 +204,20 @@ async def proxy_post(request: Request) -> Response:
         state.client, upstream_request, fmt,
         stream_requested=stream_requested,
         watchdog=_watchdog(task, settings),
-        total_timeout_s=task.get("upstream_timeout_s") or settings.upstream_timeout_s,
-        on_finish=Accounting(pool, settings, task["id"], conv_key, guarded, stream=stream_requested,
+        total_timeout_s=task.upstream_timeout_s or settings.upstream_timeout_s,
+        on_finish=Accounting(pool, settings, task.id, conv_key, guarded, stream=stream_requested,
                              price=price, reservation_usd=reservation, count_answer=continued,
                              request_id=request_id),
         endpoint=path, model=model,
         monitor=OutputMonitor(_repeated_output(task, settings)) if guarded else None,
-    ).track(state.open_requests, task["id"]).redacting(state.redactor).hiding_usage(add_usage)
+    ).track(state.open_requests, task.id).redacting(state.redactor).hiding_usage(add_usage)
 
 
-def _repeated_output(task: dict[str, Any], settings: Any) -> bool:
+def _repeated_output(task: Task, settings: Any) -> bool:
     """Whether the repeated-output check runs: the task's ``loop_guard.repeated_output``,
     else ``TASKGATE_REPEATED_OUTPUT``."""
-    return bool((task.get("loop_guard") or {}).get("repeated_output", settings.repeated_output))
+    own = task.loop_guard.repeated_output
+    return settings.repeated_output if own is None else own
 
 
 def _rewritten(request: Request, upstream_request: httpx.Request, fmt: WireFormat, payload: dict[str, Any],
@@ -305,9 +307,9 @@ async def _nothing(outcome: Any) -> None:
     return None
 
 
-def _watchdog(task: dict[str, Any], settings: Any) -> Watchdog:
-    idle = task.get("stream_idle_timeout_s")
-    first = task.get("stream_first_event_timeout_s")
+def _watchdog(task: Task, settings: Any) -> Watchdog:
+    idle = task.stream_idle_timeout_s
+    first = task.stream_first_event_timeout_s
     return Watchdog(
         first_event_timeout_s=settings.stream_first_event_timeout_s if first is None else first,
         idle_timeout_s=settings.stream_idle_timeout_s if idle is None else idle,

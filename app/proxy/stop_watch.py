@@ -41,6 +41,7 @@ from app.db import tasks as task_rows
 from app.db.pool import asyncpg_dsn
 from app.proxy.open_requests import OpenRequests
 from app.settings import Settings
+from app.task import Task
 
 logger = logging.getLogger(__name__)
 
@@ -95,26 +96,25 @@ class StopWatcher:
         rows = await self.pool.fetch(_STOPPED, task_ids, NOT_CUT)
         total = 0
         for row in rows:
-            task = dict(row)
-            cut = self.registry.cut(task["id"], stop_refusal(task))
+            task = Task.from_row(row)
+            cut = self.registry.cut(task.id, stop_refusal(task))
             total += cut
             if cut:
                 await self._record(task, cut, path)
         return total
 
-    async def _record(self, task: dict[str, Any], cut: int, path: str) -> None:
-        stopped_at = task["stopped_at"]
+    async def _record(self, task: Task, cut: int, path: str) -> None:
+        stopped_at = task.stopped_at
         since = (datetime.now(timezone.utc) - stopped_at).total_seconds() if stopped_at else None
         detail = {"cut": cut, "path": path, "process": self.process,
                   "seconds_since_stopped": None if since is None else round(since, 3)}
         logger.warning("task %s stopped (%s): cut %d open request(s) (heard by %s)",
-                       task["id"], task["stop_reason"], cut, path)
+                       task.id, task.stop_reason, cut, path)
         try:
             async with self.pool.acquire() as conn:
-                await task_rows.add_event(conn, task["id"], "cut_open_requests",
-                                          task["stop_reason"], detail)
+                await task_rows.add_event(conn, task.id, "cut_open_requests", task.stop_reason, detail)
         except Exception:  # noqa: BLE001 - the requests are cut; the record is best effort
-            logger.exception("recording cut_open_requests for task %s failed", task["id"])
+            logger.exception("recording cut_open_requests for task %s failed", task.id)
 
     # -- LISTEN -------------------------------------------------------------------
 

@@ -15,19 +15,21 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from app.task import Task
+
 #: Paths whose streams report usage only when asked.
 USAGE_ON_REQUEST_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 #: An SSE event boundary (a blank line) in any of the spec's line endings.
 _BOUNDARY = re.compile(rb"(\r\n\r\n|\n\n|\r\r)")
 
 
-def needs_usage(path: str, payload: Mapping[str, Any], task: Mapping[str, Any]) -> bool:
+def needs_usage(path: str, payload: Mapping[str, Any], task: Task) -> bool:
     """Whether to add ``stream_options.include_usage`` to this request: a streamed chat
     completion (or completion) of a task with ``token_limit`` or ``cost_limit_usd`` whose
     client did not ask for usage itself."""
     if path not in USAGE_ON_REQUEST_PATHS or payload.get("stream") is not True:
         return False
-    if task.get("token_limit") is None and task.get("cost_limit_usd") is None:
+    if task.token_limit is None and task.cost_limit_usd is None:
         return False
     options = payload.get("stream_options")
     return not (isinstance(options, dict) and options.get("include_usage") is True)
