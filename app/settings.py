@@ -239,6 +239,12 @@ class Settings(BaseSettings):
         description="Extra regexes (JSON list) masked to <masked> in tool results before hashing.",
     )
 
+    text_actions: bool = Field(
+        default=True,
+        description="Read tool use written as text (smolagents `Calling tools:`, ReAct `Action:`, "
+        "code blocks, repeated turn pairs) from request histories without structured tool results "
+        "and judge it like tool calls named `text:<name>` (app/guard/text_actions.py).",
+    )
     ledger_raw_result_hash: bool = Field(
         default=False,
         description="Also keep the SHA-256 of each raw (unnormalised) tool result in the ledger.",

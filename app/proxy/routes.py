@@ -41,6 +41,8 @@ from app.errors import GatewayError, render_error, wire_status
 from app.guard.detector import Action
 from app.guard.fingerprint import conversation_key
 from app.guard.ledger import GuardRequest
+from app.guard.text_actions import extract, guard_calls, seed_without_scratchpad
+from app.guard.text_turns import tail
 from app.guard.repeated_output import OutputMonitor
 from app.proxy import endpoints
 from app.proxy.accounting import Accounting
@@ -173,7 +175,7 @@ async def proxy_post(request: Request) -> Response:
         try:
             view = fmt.parse_request(payload)
             conv_key = conversation_key(_session_header(headers, settings.session_headers),
-                                        view.conversation_seed)
+                                        seed_without_scratchpad(view.conversation_seed))
         except RecursionError:
             raise GatewayError(400, "invalid_request_error", "invalid_json",
                                "Request body is nested too deeply. Nothing was forwarded or counted.") from None
@@ -181,6 +183,9 @@ async def proxy_post(request: Request) -> Response:
         continued = view.continued
         if settings.loop_guard_enabled and view.tool_results:
             guard = GuardRequest(conv_key, view.tool_calls, view.tool_results)
+        elif settings.loop_guard_enabled and settings.text_actions and not view.tool_calls:
+            calls, results = guard_calls(extract(tail(payload), conv_key))  # the structured path wins
+            guard = GuardRequest(conv_key, calls, results) if calls else None
     elif isinstance(payload.get("model"), str):
         model = payload["model"]
     reservation, price, add_usage = Decimal(0), None, False  # free endpoints cost nothing

@@ -116,6 +116,15 @@ Tool call ids are fresh for every response (``call_<random>``, Anthropic
     Call ``name`` (default ``"grep"``) with different arguments each time: the n-th
     request under this script gets ``{"pattern": "<pattern>-<n>"}`` (``pattern``
     default ``"needle"``). For empty-result streaks whatever the arguments.
+``text_tool``
+    Answer with tool use written as text, no structured tool call: ``convention``
+    ``"react"`` (``Thought:`` / ``Action: <name>`` / ``Action Input: <JSON>``, default),
+    ``"json"`` (``Action:`` and ``{"name", "arguments"}``, smolagents' text tool calling)
+    or ``"code"`` (``Thought:`` and a ``<code>`` block calling ``name(**arguments)``,
+    smolagents' ``CodeAgent``). ``name`` / ``arguments`` default to ``read_file`` /
+    ``{"path": "README.md"}``; with ``vary`` the n-th request's string arguments end in
+    ``-<n>``; from the ``final_after``-th request on (when set) it gives the final answer
+    (``Final Answer: done``, a ``final_answer`` call or ``final_answer("done")``).
 ``chant``
     Answer ``phrase`` repeated ``repeats`` times (default 40) in ``chunks`` deltas
     (default 40): a model repeating itself inside one answer.

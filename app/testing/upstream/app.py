@@ -29,6 +29,7 @@ from .reply import (
     estimate_tokens,
 )
 from .scenarios import MOCK_MODEL, SCENARIO_PREFIX, Script, make_script
+from .text_tools import text_tool
 from .wire import (
     BODIES,
     JSON_TYPE,
@@ -42,7 +43,7 @@ from .wire import (
     render_stream,
 )
 
-PLAIN = frozenset({"text", "tool_call", "tool_cycle", "delay", "search", "chant"})
+PLAIN = frozenset({"text", "tool_call", "tool_cycle", "delay", "search", "chant", "text_tool"})
 """Scenarios whose streams are sent as they are (paced only by ``chunk_delay_s``)."""
 
 
@@ -197,7 +198,7 @@ class UpstreamApp:
         text = str(p["text"] or "")
         if script.scenario == "chant":
             text = str(p["phrase"]) * int(p["repeats"])
-        if script.scenario in ("tool_cycle", "search"):
+        if script.scenario in ("tool_cycle", "search", "text_tool"):
             with self._lock:
                 n = self._cycle_count
                 self._cycle_count += 1
@@ -206,6 +207,8 @@ class UpstreamApp:
             calls: tuple[Call, ...] = (Call(call["name"], arguments_text(call.get("arguments", {}))),)
         elif script.scenario == "search":
             calls = (Call(p["name"], arguments_text({"pattern": f"{p['pattern']}-{n}"})),)
+        elif script.scenario == "text_tool":
+            text, calls = text_tool(p, n), ()
         elif p["name"]:
             calls = (Call(p["name"], arguments_text(p["arguments"])),) * int(p["parallel"])
         else:

@@ -41,6 +41,8 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "close_mid_event": {"after_events": 1},
     "malformed": {"after_events": 1},
     "search": {"text": "", "name": "grep", "pattern": "needle"},
+    "text_tool": {"name": "read_file", "arguments": {"path": "README.md"}, "convention": "react",
+                  "vary": False, "final_after": None},
     "chant": {"phrase": "Let me check the configuration file once more. ", "repeats": 40, "chunks": 40},
 }
 """Scenario name -> its own params and defaults (on top of the reply params)."""
@@ -72,6 +74,8 @@ def make_script(scenario: str, params: dict[str, Any] | None = None) -> Script:
     merged.update(params or {})
     if int(merged["chunks"]) < 1 or int(merged["parallel"]) < 0:
         raise ValueError("chunks must be >= 1 and parallel >= 0")
+    if name == "text_tool" and merged["convention"] not in ("react", "json", "code"):
+        raise ValueError("text_tool's convention is one of react, json, code")
     if name == "tool_cycle" and not merged["calls"]:
         raise ValueError("tool_cycle needs at least one call")
     return Script(name, merged)
