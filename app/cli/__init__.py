@@ -24,14 +24,18 @@ import click
 
 from app import startup
 from app.cli.config import check_config, config_group
+from app.cli.help import FullHelpGroup
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=FullHelpGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="taskgate", prog_name="taskgate", message="%(prog)s %(version)s")
 def main() -> None:
-    """taskgate: an OpenAI- and Anthropic-compatible gateway that stops runaway agents."""
+    """taskgate: an OpenAI- and Anthropic-compatible gateway that stops runaway agents.
+
+    Docs: README.md and docs/ (docs/cli.md for these commands)."""
 
 
-@main.command()
+@main.command(short_help="Run the gateway.")
 @click.option("--host", default=None, help="Listen address (TASKGATE_HOST, default 127.0.0.1).")
 @click.option("--port", default=None, type=click.IntRange(1, 65535),
               help="Listen port (TASKGATE_PORT, default 8080).")
@@ -50,7 +54,8 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
 
     with startup.exit_on_error():
         settings = startup.load_settings()
-    check_config(settings)
+    config = check_config(settings)
+    report = _startup_report(settings, config)
     host = host or settings.host
     port = port or settings.port
     with startup.exit_on_error():
@@ -72,11 +77,30 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     click.echo(f"taskgate: listening on http://{host}:{port} (OpenAI base URL http://{host}:{port}/v1)",
                err=True)
+    for line in report:
+        click.echo(line, err=True)
     startup.serve(sock, host=host, port=port, workers=workers, log_level=log_level,
                   options=uvicorn_options(settings))
 
 
-@main.command()
+def _startup_report(settings: object, config: object) -> list[str]:
+    """Warnings for unknown ``TASKGATE_*`` names, then where requests go and where the
+    configuration came from (:mod:`app.cli.startup_report`)."""
+    from pathlib import Path
+
+    from app.cli import startup_report as sr
+    from app.settings import Settings
+
+    known = sr.known_variables(Settings.model_fields)
+    env_file = Path(".env") if Path(".env").is_file() else None
+    names = [*os.environ, *(sr.env_file_names(env_file) if env_file else [])]
+    lines = sr.warning_lines(sr.unknown_variables(names, known))
+    return [*lines, sr.providers_line(config),  # type: ignore[arg-type]
+            sr.sources_line(os.environ, known, env_file.resolve() if env_file else None,
+                            getattr(settings, "config", None))]
+
+
+@main.command(short_help="Apply database migrations.")
 def migrate() -> None:
     """Apply database migrations (to TASKGATE_DATABASE_URL, or the embedded database)."""
     from app.main import resolve_database
@@ -88,7 +112,7 @@ def migrate() -> None:
     click.echo(f"taskgate: database migrated ({url.split('@')[-1]})")
 
 
-@main.command()
+@main.command(short_help="Watch the loop guard stop a looping agent.")
 @click.option("--max-turns", default=20, show_default=True, help="Give up after this many agent turns.")
 def demo(max_turns: int) -> None:
     """Watch the loop guard stop a looping agent (gateway + scripted upstream + agent)."""
@@ -100,14 +124,13 @@ def demo(max_turns: int) -> None:
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-              add_help_option=False)
+              add_help_option=False, short_help="Run the scripted mock provider (for trying agents offline).")
 @click.pass_context
 def upstream(ctx: click.Context) -> None:
-    """Run the scripted mock provider (see ``taskgate upstream --help``)."""
+    """Run the scripted mock provider; taskgate upstream --help lists its options."""
     from app.testing import upstream as mock
 
-    sys.argv = ["taskgate upstream", *ctx.args]
-    mock.main()
+    mock.main(list(ctx.args), prog="taskgate upstream")
 
 
 def _add_console_commands() -> None:

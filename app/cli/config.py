@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from app.cli.help import FullHelpGroup
 from app.cli.render import out
 from app.config import ConfigError, GatewayConfig, gateway_config
 from app.config.routing import routing_table
@@ -27,7 +28,7 @@ def check_config(settings: Any) -> GatewayConfig:
         sys.exit(2)
 
 
-@click.group("config")
+@click.group("config", cls=FullHelpGroup)
 def config_group() -> None:
     """The providers and models file (TASKGATE_CONFIG)."""
 

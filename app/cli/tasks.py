@@ -15,6 +15,7 @@ import click
 
 from app.cli import render
 from app.cli.client import AdminClient, AdminError, connect
+from app.cli.help import FullHelpGroup
 
 
 class OptionalNumber(click.ParamType):
@@ -36,8 +37,9 @@ class OptionalNumber(click.ParamType):
             self.fail(f"{value!r} is not a {self.kind.__name__} (or 'none')", param, ctx)
 
 
-def limit_options(fn: Callable) -> Callable:
-    """Options shared by ``create``, ``update`` and ``run`` (units in the names)."""
+def _limit_options(fn: Callable, none_means: str) -> Callable:
+    """The limit options (units in the names); ``none_means`` says what the value
+    ``none`` does."""
     for name, kind, help_ in reversed((
         ("--request-limit", int, "Admitted requests allowed."),
         ("--token-limit", int, "Input + output tokens reported by upstream."),
@@ -47,8 +49,23 @@ def limit_options(fn: Callable) -> Callable:
         ("--cost-limit", float, "Dollar ceiling (US dollars)."),
         ("--cost-wait", float, "Seconds a request waits for reservations in flight to settle."),
     )):
-        fn = click.option(name, type=OptionalNumber(kind), default=None, help=help_ + " 'none' removes it.")(fn)
+        if name == "--request-limit":  # every task has one
+            tail = "(cannot be removed)." if "removes" in none_means else "(default TASKGATE_DEFAULT_REQUEST_LIMIT)."
+            help_ = help_.removesuffix(".") + " " + tail
+        else:
+            help_ = f"{help_} {none_means}"
+        fn = click.option(name, type=OptionalNumber(kind), default=None, help=help_)(fn)
     return fn
+
+
+def limit_options(fn: Callable) -> Callable:
+    """The limits of a new task (``create``, ``run``): ``none`` sets no limit."""
+    return _limit_options(fn, "Absent or 'none': no limit.")
+
+
+def update_limit_options(fn: Callable) -> Callable:
+    """The limits ``update`` changes: ``none`` removes one."""
+    return _limit_options(fn, "'none' removes this limit.")
 
 
 def limits_body(**opts: Any) -> dict[str, Any]:
@@ -75,7 +92,7 @@ def admin_command(fn: Callable) -> Callable:
     return wrapper
 
 
-@click.group()
+@click.group(cls=FullHelpGroup)
 def tasks() -> None:
     """List, create, change, stop, resume and inspect tasks (admin API over HTTP)."""
 
@@ -119,7 +136,7 @@ def create(api: AdminClient, as_json: bool, task_id: str | None, **limits: Any) 
 
 @tasks.command()
 @click.argument("task_id")
-@limit_options
+@update_limit_options
 @admin_command
 def update(api: AdminClient, as_json: bool, task_id: str, **limits: Any) -> None:
     """Change limits ('none' removes one). Never clears a stop: use resume."""

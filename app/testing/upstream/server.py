@@ -161,16 +161,17 @@ def _param(text: str) -> tuple[str, Any]:
         return key, raw
 
 
-def main(argv: list[str] | None = None) -> None:
-    """``python -m app.testing.upstream``: serve the mock upstream until interrupted."""
+def main(argv: list[str] | None = None, prog: str = "python -m app.testing.upstream") -> None:
+    """``python -m app.testing.upstream`` (or ``taskgate upstream``, which passes its own
+    ``prog``): serve the mock upstream until interrupted."""
     parser = argparse.ArgumentParser(
-        prog="python -m app.testing.upstream",
+        prog=prog,
         description="Scripted fake OpenAI/Anthropic upstream for taskgate tests, demos and benchmarks.",
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument(
-        "--scenario", default="text", help=f"one of: {', '.join(sorted([*SCENARIOS, *ALIASES]))} (default text)"
+        "--scenario", default="text", help=f"what it answers (docs/mock-upstream.md), one of: {', '.join(sorted([*SCENARIOS, *ALIASES]))} (default text)"
     )
     parser.add_argument(
         "--param", "-p", action="append", type=_param, default=[], metavar="KEY=VALUE",
