@@ -18,21 +18,6 @@ from app.fault_log import faults
 if TYPE_CHECKING:
     from app.wire.base import WireFormat
 
-#: Anthropic's ``error.type`` for each HTTP status the gateway answers with
-#: (https://docs.anthropic.com/en/api/errors).
-ANTHROPIC_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    409: "invalid_request_error",  # a stopped task (see TASK_STOPPED_STATUS)
-    413: "request_too_large",
-    429: "rate_limit_error",
-    502: "api_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-}
-
 
 @dataclass
 class GatewayError(Exception):
@@ -69,17 +54,10 @@ def task_stopped(task_id: str, reason: str, counters: str, why: str | None = Non
     )
 
 
-#: Status of a ``task_stopped`` refusal per wire format. Anthropic clients read 403 as
-#: a login problem (Claude Code: "Please run /login"); 409 shows as "API Error: 409
-#: <message>" and is not retried. OpenAI clients show 403 ``task_stopped`` well.
-TASK_STOPPED_STATUS = {"anthropic_messages": 409}
-
-
-def wire_status(format_name: str, err: GatewayError) -> int:
-    """The HTTP status ``err`` is answered with in the wire format ``format_name``."""
-    if err.type == "task_stopped":
-        return TASK_STOPPED_STATUS.get(format_name, err.status)
-    return err.status
+def wire_status(fmt: WireFormat, err: GatewayError) -> int:
+    """The HTTP status ``err`` is answered with in the wire format ``fmt``
+    (:meth:`app.wire.base.WireFormat.refusal`: a stopped task is 409 on Anthropic)."""
+    return fmt.refusal(err.status, err.type)[0]
 
 
 def unauthorized(message: str) -> GatewayError:
@@ -110,10 +88,9 @@ def fail_closed(what: str) -> Iterator[None]:
 
 
 def render_error(fmt: WireFormat, err: GatewayError) -> tuple[bytes, list[tuple[bytes, bytes]]]:
-    """JSON body and raw headers for a gateway error in ``fmt``'s shape."""
-    etype = err.type
-    if fmt.name == "anthropic_messages":
-        etype = ANTHROPIC_ERROR_TYPES.get(wire_status(fmt.name, err), "api_error")
+    """JSON body and raw headers for a gateway error in ``fmt``'s shape (its
+    ``error.type`` from :meth:`app.wire.base.WireFormat.refusal`)."""
+    etype = fmt.refusal(err.status, err.type)[1]
     body = json.dumps(fmt.error_body(err.message, etype, err.code)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.encode(), v.encode()) for k, v in err.headers.items()]

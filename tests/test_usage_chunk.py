@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.proxy.usage_chunk import needs_usage, strip_usage_chunks, with_usage
+from app.proxy.usage_chunk import needs_usage, strip_usage_chunks
 from app.task import Task
+from app.wire import CHAT_COMPLETIONS, format_for_path
 from tests.task_values import task_value
 
 LIMITED = task_value(token_limit=1000, cost_limit_usd=None)
@@ -22,11 +23,11 @@ LIMITED = task_value(token_limit=1000, cost_limit_usd=None)
     ("/v1/responses", {"stream": True}, LIMITED, False),
 ])
 def test_needs_usage(path: str, payload: dict, task: Task, expected: bool) -> None:
-    assert needs_usage(path, payload, task) is expected
+    assert needs_usage(format_for_path(path), path, payload, task) is expected
 
 
 def test_with_usage_keeps_other_options() -> None:
-    assert with_usage({"stream": True, "stream_options": {"x": 1}}) == {
+    assert CHAT_COMPLETIONS.with_stream_usage({"stream": True, "stream_options": {"x": 1}}) == {
         "stream": True, "stream_options": {"x": 1, "include_usage": True}}
 
 
@@ -38,10 +39,10 @@ DONE = b"data: [DONE]\n\n"
 @pytest.mark.parametrize("sep", [b"\n\n", b"\r\n\r\n", b"\r\r"])
 def test_only_the_usage_only_chunk_is_dropped(sep: bytes) -> None:
     stream = (CONTENT + USAGE + DONE).replace(b"\n\n", sep)
-    assert strip_usage_chunks(stream) == (CONTENT + DONE).replace(b"\n\n", sep)
+    assert strip_usage_chunks(stream, CHAT_COMPLETIONS.is_usage_only) == (CONTENT + DONE).replace(b"\n\n", sep)
 
 
 def test_streams_without_it_pass_unchanged() -> None:
-    assert strip_usage_chunks(CONTENT + DONE) == CONTENT + DONE
+    assert strip_usage_chunks(CONTENT + DONE, CHAT_COMPLETIONS.is_usage_only) == CONTENT + DONE
     odd = b'data: {"choices":[{"index":0}],"usage":{"total_tokens":3}}\n\n: "usage" comment\n\n'
-    assert strip_usage_chunks(odd) == odd
+    assert strip_usage_chunks(odd, CHAT_COMPLETIONS.is_usage_only) == odd

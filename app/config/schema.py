@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from app.wire.base import ProviderKind  # the provider API a wire format speaks
 
 #: Provider names: what ``models[].provider`` refers to.
 PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 #: Characters that make a model name a glob (:func:`fnmatch.fnmatchcase`).
 GLOB_CHARS = frozenset("*?[")
-#: The wire formats a provider kind speaks.
-ProviderKind = Literal["openai", "anthropic"]
 
 
 class _Strict(BaseModel):

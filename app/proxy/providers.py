@@ -16,12 +16,6 @@ from typing import Any
 from app.config.routing import ModelNotFound, Route, WrongFormat, candidates, resolve
 from app.config.schema import GatewayConfig, Provider, ProviderKind
 from app.errors import GatewayError
-from app.proxy.upstream import is_anthropic
-
-
-def wire_kind(path: str, headers: dict[str, str] | None = None) -> ProviderKind:
-    """``anthropic`` for Messages paths (and GETs sending ``anthropic-version``), else ``openai``."""
-    return "anthropic" if is_anthropic(path, headers) else "openai"
 
 
 def route_request(config: GatewayConfig, kind: ProviderKind, model: str | None) -> Route:

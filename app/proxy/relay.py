@@ -276,7 +276,7 @@ class RelayResponse(Response):
                 del held[:cut]
             paused_at = loop.time()
             if out:
-                body = strip_usage_chunks(out) if self.hide_usage else out
+                body = strip_usage_chunks(out, self.fmt.is_usage_only) if self.hide_usage else out
                 await send({"type": "http.response.body", "body": self.redact(body), "more_body": True})
             resumed_at = loop.time()
             relayed_bytes += len(out)
@@ -344,7 +344,7 @@ class RelayResponse(Response):
             await upstream.aclose()
             self.outcome.kind = kind
             self.outcome.detail["code"] = code
-            etype = error_type(self.fmt.name, kind, self._stop)
+            etype = error_type(self.fmt, kind, self._stop)
             error = self.fmt.stream_error(message, etype, code, observer=observer)
             await send({"type": "http.response.body", "body": error, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -388,13 +388,13 @@ class RelayResponse(Response):
         err = self._stop
         assert err is not None
         self.outcome.kind = "stopped"
-        self.outcome.status = wire_status(self.fmt.name, err)
+        self.outcome.status = wire_status(self.fmt, err)
         self.outcome.detail["code"] = err.code
         await self._send_error(send, err)
 
     async def _send_error(self, send: Callable, err: GatewayError) -> None:
         body, headers = render_error(self.fmt, err)
-        await send({"type": "http.response.start", "status": wire_status(self.fmt.name, err), "headers": headers})
+        await send({"type": "http.response.start", "status": wire_status(self.fmt, err), "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 

@@ -12,7 +12,10 @@ admission depends on the client alone, so a refused request is never counted:
 404 not an allowed endpoint → 401 missing token → 400 invalid header → 401 unknown
 token (one indexed lookup, before the body is read) → 413/408 body too large or too
 slow → 400 malformed JSON → admission (403 stopped — 409 on ``/v1/messages``, see
-:func:`app.errors.wire_status` — 503 database unavailable) → upstream.
+:meth:`app.wire.base.WireFormat.refusal` — 503 database unavailable) → upstream.
+
+Which API a request speaks is decided once, by :func:`wire_format`; the provider
+kind, the error shape and the stream's terminal events all follow from that format.
 
 The conversation key comes from ``x-taskgate-conversation`` when the caller sets it
 (it wins over everything), else from the agent's own session header, else from the
@@ -36,7 +39,7 @@ from app import events
 from app.admission.admission import admit, authenticate
 from app.admission.charge import charge_for
 from app.admission.tokens import token_hash
-from app.config.schema import Provider, ProviderKind
+from app.config.schema import Provider
 from app.errors import GatewayError, render_error, wire_status
 from app.guard.detector import Action
 from app.guard.fingerprint import conversation_key
@@ -58,14 +61,13 @@ from app.proxy.providers import (
     model_for_id,
     model_list_body,
     route_request,
-    wire_kind,
 )
 from app.proxy.upstream import request_headers, upstream_url
-from app.proxy.usage_chunk import needs_usage, with_usage
+from app.proxy.usage_chunk import needs_usage
 from app.request_ids import REQUEST_ID
-from app.wire import CHAT_COMPLETIONS, UnknownWirePath, format_for_path
 from app.task import Task
-from app.wire.base import WireFormat
+from app.wire import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, UnknownWirePath, format_for_path
+from app.wire.base import ProviderKind, WireFormat
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +83,14 @@ LOOP_NOTICE = (
 )
 
 
-def wire_format(path: str) -> WireFormat:
-    """The wire format for ``path``; OpenAI's shape for paths no format claims
-    (``GET /v1/models``, unknown paths), so every error has a shape."""
+def wire_format(path: str, headers: dict[str, str] | None = None) -> WireFormat:
+    """The wire format a request speaks, from its ``path``, and (for the GETs,
+    ``headers`` given) the client's ``anthropic-version`` header: an Anthropic client
+    gets Anthropic's shape and provider for any path (``GET /v1/models``). OpenAI's
+    chat completions for paths no format claims (``GET /v1/models``, operator-added
+    endpoints), so every error has a shape."""
+    if headers is not None and "anthropic-version" in headers:
+        return ANTHROPIC_MESSAGES
     try:
         return format_for_path(path)
     except UnknownWirePath:
@@ -155,7 +162,7 @@ async def proxy_post(request: Request) -> Response:
         await require_known_token(pool, state.known_tokens, hashed)
     body = await read_body(request.stream(), headers.get("content-length"),
                            settings.max_body_bytes, settings.body_timeout_s)
-    kind = wire_kind(path)
+    kind = fmt.provider_kind
     payload: dict[str, Any] = {}
     route = None
     if endpoint.kind == endpoints.EXTRA:
@@ -201,7 +208,7 @@ async def proxy_post(request: Request) -> Response:
             tool = verdict.detail.get("tool_name", "the same tool")
             events.LOOP_WARNED.emit(events.LoopWarned(task.id, tool, verdict.count))
             notice = LOOP_NOTICE.format(tool=tool, count=verdict.count)
-        add_usage = needs_usage(path, payload, task)
+        add_usage = needs_usage(fmt, path, payload, task)
         if notice is not None or add_usage:
             upstream_request, add_usage = _rewritten(request, upstream_request, fmt, payload, notice, add_usage)
     guarded = settings.loop_guard_enabled and endpoint.kind == endpoints.INFERENCE
@@ -231,7 +238,7 @@ def _rewritten(request: Request, upstream_request: httpx.Request, fmt: WireForma
     ``stream_options.include_usage`` set (:mod:`app.proxy.usage_chunk`), and whether usage
     was added. Unchanged (and logged) if the body cannot take it: the request is admitted
     and must go out."""
-    changed = with_usage(payload) if add_usage else payload
+    changed = fmt.with_stream_usage(payload) if add_usage else payload
     try:
         body = json.dumps(fmt.inject_notice(changed, notice) if notice is not None else changed).encode()
     except (ValueError, TypeError, RecursionError):
@@ -249,8 +256,8 @@ async def proxy_get(request: Request) -> Response:
     state = request.app.state
     settings = state.settings
     path = request.scope["path"]  # what the allowlist matched (app.proxy.request_target)
-    kind = wire_kind(path, _headers(request))
-    fmt = wire_format("/v1/messages" if kind == "anthropic" else path)
+    fmt = wire_format(path, _headers(request))
+    kind = fmt.provider_kind
     try:
         endpoint = _endpoint(request)
         _, token = _checked_headers(request)
@@ -325,7 +332,7 @@ def _watchdog(task: Task, settings: Any) -> Watchdog:
 
 def _render(fmt: WireFormat, err: GatewayError) -> Response:
     body, headers = render_error(fmt, err)
-    response = Response(content=body, status_code=wire_status(fmt.name, err))
+    response = Response(content=body, status_code=wire_status(fmt, err))
     response.raw_headers = headers
     return response
 

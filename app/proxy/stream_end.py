@@ -7,12 +7,12 @@ message (:meth:`app.wire.base.WireFormat.stream_error`); ``None`` when it did.
 
 from __future__ import annotations
 
-from app.errors import ANTHROPIC_ERROR_TYPES, GatewayError, wire_status
+from app.errors import GatewayError
 from app.proxy.outcome import Watchdog
-from app.wire.base import EventKind, StreamObserver
+from app.wire.base import EndKind, EventKind, StreamObserver, WireFormat
 from app.wire.sse import SSEDecoder
 
-End = tuple[str, str, str]
+End = tuple[EndKind, str, str]
 
 
 def silence_end(watchdog: Watchdog, stop: GatewayError | None, content_seen: bool) -> End:
@@ -27,15 +27,13 @@ def silence_end(watchdog: Watchdog, stop: GatewayError | None, content_seen: boo
             f"The upstream stream went silent for {watchdog.idle_timeout_s:g} s after it started; taskgate closed it.")
 
 
-def error_type(format_name: str, kind: str, stop: GatewayError | None) -> str:
-    """The error ``type`` of the terminal error event for an end of ``kind``."""
-    if format_name == "anthropic_messages":
-        if kind == "stopped" and stop is not None:
-            return ANTHROPIC_ERROR_TYPES.get(wire_status(format_name, stop), "api_error")
-        return "api_error"
+def error_type(fmt: WireFormat, kind: EndKind, stop: GatewayError | None) -> str:
+    """The error ``type`` of ``fmt``'s terminal error event for an end of ``kind``: the
+    stop refusal's type in ``fmt`` when the task was stopped, else the format's type for
+    the end kind."""
     if kind == "stopped" and stop is not None:
-        return stop.type
-    return {"stalled": "upstream_stalled", "repeated_output": "task_stopped"}.get(kind, "upstream_error")
+        return fmt.refusal(stop.status, stop.type)[1]
+    return fmt.stream_end_type(kind)
 
 
 def close_held(decoder: SSEDecoder, observer: StreamObserver, ended_at: float | None,

@@ -32,15 +32,6 @@ _PROXY_HEADERS = frozenset({"forwarded", "x-real-ip"})
 _DROP_RESPONSE = HOP_BY_HOP | {"content-encoding", "date"}
 
 
-def is_anthropic(path: str, headers: dict[str, str] | None = None) -> bool:
-    """Whether a request goes to the Anthropic provider: Anthropic Messages paths
-    (``/v1/messages`` and below), and other paths (e.g. ``GET /v1/models``) when the
-    client identifies as an Anthropic client by sending ``anthropic-version``."""
-    if path == "/v1/messages" or path.startswith("/v1/messages/"):
-        return True
-    return headers is not None and "anthropic-version" in headers
-
-
 def upstream_url(provider: Provider, path: str, query: str) -> str:
     """The provider URL for a gateway path (``/v1/...``), keeping the query string.
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from app.wire import json_text
 
-from app.wire.base import RequestView, Usage
+from app.wire.base import EndKind, RequestView, Usage
 
 _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})
 
@@ -104,6 +104,17 @@ def join_seed(*parts: str) -> str:
 def openai_error_body(message: str, type: str, code: str | None) -> dict[str, Any]:
     """The OpenAI error body: ``{"error": {"message", "type", "code", "param"}}``."""
     return {"error": {"message": message, "type": type, "code": code, "param": None}}
+
+
+#: ``error.type`` of the terminal error event the gateway appends to an OpenAI stream
+#: (chat completions, Responses) it ended, by end kind; ``upstream_error`` otherwise.
+OPENAI_END_TYPES: dict[str, str] = {"stalled": "upstream_stalled", "repeated_output": "task_stopped"}
+
+
+def openai_end_type(kind: EndKind) -> str:
+    """``error.type`` for an OpenAI stream the gateway ended for ``kind`` (see
+    :data:`OPENAI_END_TYPES`)."""
+    return OPENAI_END_TYPES.get(kind, "upstream_error")
 
 
 def sse_event(event: str | None, payload: Any) -> bytes:

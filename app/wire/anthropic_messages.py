@@ -21,10 +21,30 @@ Shapes follow the Anthropic API reference, "Messages" and "Streaming Messages":
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from app.wire._common import as_int, as_str, flatten_output, join_seed, loads, request_view, sse_event
-from app.wire.base import EventKind, RequestView, ResponseSummary, ToolCall, ToolResult, Usage
+from app.wire.base import EndKind, EventKind, ProviderKind, RequestView, ResponseSummary, ToolCall, ToolResult, Usage
+
+#: Anthropic's ``error.type`` for each HTTP status the gateway answers with
+#: (https://docs.anthropic.com/en/api/errors).
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",  # a stopped task (see TASK_STOPPED_STATUS)
+    413: "request_too_large",
+    429: "rate_limit_error",
+    502: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+}
+#: Status of a ``task_stopped`` refusal. Anthropic clients read 403 as a login problem
+#: (Claude Code: "Please run /login"); 409 shows as "API Error: 409 <message>" and is
+#: not retried. (OpenAI clients show 403 ``task_stopped`` well.)
+TASK_STOPPED_STATUS = 409
 
 _INPUT_FIELDS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 _COUNTED = (*_INPUT_FIELDS, "output_tokens")
@@ -238,6 +258,31 @@ class AnthropicMessagesFormat:
     """:class:`app.wire.base.WireFormat` for Anthropic Messages."""
 
     name = "anthropic_messages"
+    provider_kind: ProviderKind = "anthropic"
+
+    def refusal(self, status: int, type: str) -> tuple[int, str]:
+        """409 for ``task_stopped`` (:data:`TASK_STOPPED_STATUS`), other statuses as
+        they are; the type is Anthropic's for the status (:data:`ERROR_TYPES`,
+        ``api_error`` for others)."""
+        if type == "task_stopped":
+            status = TASK_STOPPED_STATUS
+        return status, ERROR_TYPES.get(status, "api_error")
+
+    def stream_end_type(self, kind: EndKind) -> str:
+        """``api_error`` for every end kind."""
+        return "api_error"
+
+    def needs_stream_usage(self, path: str, body: Mapping[str, Any]) -> bool:
+        """Never: ``message_start`` and ``message_delta`` always carry usage."""
+        return False
+
+    def with_stream_usage(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``body`` unchanged (a copy): nothing to ask for."""
+        return dict(body)
+
+    def is_usage_only(self, event: str, data: str) -> bool:
+        """Never: the usage events also carry the message's state."""
+        return False
 
     def parse_request(self, body: dict[str, Any]) -> RequestView:
         """Read ``model``, ``stream``, the seed (``system`` text + the first user

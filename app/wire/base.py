@@ -4,7 +4,10 @@ taskgate speaks three wire formats: OpenAI chat completions (``/v1/chat/completi
 and the legacy ``/v1/completions``), the OpenAI Responses API (``/v1/responses``) and
 Anthropic Messages (``/v1/messages``). Each is one module in :mod:`app.wire` that
 implements :class:`WireFormat`; the proxy, the loop guard and the watchdog only ever
-talk to this interface, so adding a fourth format touches one new file.
+talk to this interface, so adding a fourth format touches one new file: what callers
+would otherwise branch on (the provider kind a format speaks, the status and error type
+of a refusal, the error type of a stream the gateway ends, how streamed usage is asked
+for and hidden) is a member of the format.
 
 Everything here is pure: no I/O, no clock, no database.
 """
@@ -12,8 +15,20 @@ Everything here is pure: no I/O, no clock, no database.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+
+#: The provider API a wire format speaks: ``openai`` (chat completions, completions,
+#: Responses, embeddings, models) or ``anthropic`` (Messages). It decides which
+#: providers may serve a request, how their URL is built and how the key is sent.
+ProviderKind = Literal["openai", "anthropic"]
+
+#: How a stream the gateway ended did not finish on its own: ``stalled`` (the
+#: watchdog's deadline), ``truncated`` (upstream broke off or sent a too-large event),
+#: ``repeated_output`` (the answer kept repeating itself), ``stopped`` (the task was
+#: stopped; the refusal's own type is used then, see :meth:`WireFormat.refusal`).
+EndKind = Literal["stalled", "truncated", "repeated_output", "stopped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +179,40 @@ class WireFormat(Protocol):
     """One API wire format. See the module docstring."""
 
     name: str
+    #: The provider kind that serves this format (see :data:`ProviderKind`).
+    provider_kind: ProviderKind
+
+    def refusal(self, status: int, type: str) -> tuple[int, str]:
+        """The HTTP status and ``error.type`` of a request the gateway refuses itself,
+        in this format, from the gateway's own ``status`` and OpenAI ``error.type``
+        (e.g. ``(403, "task_stopped")``): the same pair for OpenAI formats; for
+        Anthropic a stopped task is 409 and the type is Anthropic's for the status."""
+        ...
+
+    def stream_end_type(self, kind: EndKind) -> str:
+        """The ``error.type`` of the terminal error event that ends a stream the
+        gateway cut for ``kind`` (for ``stopped`` without a refusal at hand; with one,
+        the refusal's type from :meth:`refusal` is used)."""
+        ...
+
+    def needs_stream_usage(self, path: str, body: Mapping[str, Any]) -> bool:
+        """Whether a request to ``path`` with ``body`` (JSON-decoded) gets a stream
+        without token usage unless the request asks for it (then
+        :meth:`with_stream_usage` asks). ``False`` when the body does not ask for a
+        stream, when this format's streams always report usage, or when the client
+        asked already."""
+        ...
+
+    def with_stream_usage(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy of ``body`` asking upstream to report usage on its stream (only
+        called when :meth:`needs_stream_usage` said so)."""
+        ...
+
+    def is_usage_only(self, event: str, data: str) -> bool:
+        """Whether one decoded SSE event is the usage-only event that
+        :meth:`with_stream_usage` makes upstream add (the gateway hides it from a
+        client that did not ask). Never raises."""
+        ...
 
     def parse_request(self, body: dict[str, Any]) -> RequestView:
         """Read a request body (already JSON-decoded). Never raises on odd shapes."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from app.wire._common import (
@@ -28,12 +29,13 @@ from app.wire._common import (
     flatten_output,
     join_seed,
     loads,
+    openai_end_type,
     openai_error_body,
     openai_usage,
     request_view,
     sse_event,
 )
-from app.wire.base import EventKind, RequestView, ResponseSummary, ToolCall, ToolResult, Usage
+from app.wire.base import EndKind, EventKind, ProviderKind, RequestView, ResponseSummary, ToolCall, ToolResult, Usage
 
 # Keys whose non-empty string value is model output (in ``delta`` or, for legacy
 # completions, ``choices[].text``). Inside JSON strings quotes are escaped, so these
@@ -45,6 +47,10 @@ _USAGE_RE = re.compile(r'"usage"\s*:\s*\{')
 _FINISH_RE = re.compile(r'"finish_reason"\s*:\s*"')
 
 _DONE_BYTES = b"data: [DONE]\n\n"
+
+#: Paths whose streams report usage only when ``stream_options.include_usage`` asks
+#: (``/v1/embeddings`` never streams).
+USAGE_ON_REQUEST_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 
 class _PartialCall:
@@ -215,6 +221,37 @@ class ChatCompletionsFormat:
     """:class:`app.wire.base.WireFormat` for OpenAI chat completions."""
 
     name = "chat_completions"
+    provider_kind: ProviderKind = "openai"
+
+    def refusal(self, status: int, type: str) -> tuple[int, str]:
+        """The gateway's own status and OpenAI type, unchanged."""
+        return status, type
+
+    def stream_end_type(self, kind: EndKind) -> str:
+        """``upstream_stalled``, ``task_stopped`` (repeated output), else
+        ``upstream_error``."""
+        return openai_end_type(kind)
+
+    def needs_stream_usage(self, path: str, body: Mapping[str, Any]) -> bool:
+        """A streamed chat completion or legacy completion (``"stream": true``) whose
+        ``stream_options.include_usage`` is not ``true``: without it the stream
+        carries no usage."""
+        if path not in USAGE_ON_REQUEST_PATHS or body.get("stream") is not True:
+            return False
+        options = body.get("stream_options")
+        return not (isinstance(options, dict) and options.get("include_usage") is True)
+
+    def with_stream_usage(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``body`` with ``stream_options.include_usage`` set (other options kept)."""
+        options = body.get("stream_options")
+        return {**body, "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True}}
+
+    def is_usage_only(self, event: str, data: str) -> bool:
+        """The chunk ``include_usage`` adds: ``"choices": []`` with a ``usage``."""
+        if '"usage"' not in data:
+            return False
+        chunk = loads(data)
+        return isinstance(chunk, dict) and chunk.get("choices") == [] and chunk.get("usage") is not None
 
     def parse_request(self, body: dict[str, Any]) -> RequestView:
         """Read ``model``, ``stream``, the conversation seed (first ``system`` /

@@ -22,6 +22,7 @@ Shapes follow the OpenAI API reference, "Responses" and "Streaming events":
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from app.wire._common import (
@@ -29,12 +30,13 @@ from app.wire._common import (
     flatten_output,
     join_seed,
     loads,
+    openai_end_type,
     openai_error_body,
     openai_usage,
     request_view,
     sse_event,
 )
-from app.wire.base import EventKind, RequestView, ResponseSummary, ToolCall, ToolResult, Usage
+from app.wire.base import EndKind, EventKind, ProviderKind, RequestView, ResponseSummary, ToolCall, ToolResult, Usage
 
 _CALL_TYPES = frozenset({"function_call", "custom_tool_call"})
 _TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -281,6 +283,28 @@ class ResponsesFormat:
     """:class:`app.wire.base.WireFormat` for the OpenAI Responses API."""
 
     name = "responses"
+    provider_kind: ProviderKind = "openai"
+
+    def refusal(self, status: int, type: str) -> tuple[int, str]:
+        """The gateway's own status and OpenAI type, unchanged."""
+        return status, type
+
+    def stream_end_type(self, kind: EndKind) -> str:
+        """``upstream_stalled``, ``task_stopped`` (repeated output), else
+        ``upstream_error`` (``response.failed`` carries no type; kept for the outcome)."""
+        return openai_end_type(kind)
+
+    def needs_stream_usage(self, path: str, body: Mapping[str, Any]) -> bool:
+        """Never: ``response.completed`` always carries ``response.usage``."""
+        return False
+
+    def with_stream_usage(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``body`` unchanged (a copy): nothing to ask for."""
+        return dict(body)
+
+    def is_usage_only(self, event: str, data: str) -> bool:
+        """Never: no event carries only usage."""
+        return False
 
     def parse_request(self, body: dict[str, Any]) -> RequestView:
         """Read ``model``, ``stream``, the seed (``instructions`` + the first user

@@ -216,6 +216,36 @@ class SSEDecoder:
             raise SSEEventTooLarge(size, self._max)
 
 
+def block_events(block: bytes) -> list[tuple[str, str]]:
+    """The ``(event, data)`` pairs of ``block``: whole events, bytes that end with a
+    blank line (or are read as if one followed), decoded as :class:`SSEDecoder` would
+    decode them (UTF-8 with U+FFFD for invalid bytes, any line ending, comments and
+    blocks without ``data`` lines dispatch nothing). A leading BOM is not removed."""
+    text = block.decode("ascii") if block.isascii() else block.decode("utf-8", "replace")
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    events: list[tuple[str, str]] = []
+    event = ""
+    data: list[str] = []
+    for line in text.split("\n"):
+        if not line:
+            if data:
+                events.append((event, "\n".join(data)))
+                data = []
+            event = ""
+        elif line[0] != ":":
+            name, _, value = line.partition(":")
+            if value[:1] == " ":
+                value = value[1:]
+            if name == "data":
+                data.append(value)
+            elif name == "event":
+                event = value
+    if data:  # read as if a blank line followed
+        events.append((event, "\n".join(data)))
+    return events
+
+
 def event_boundary(data: bytearray, start: int) -> int:
     """Length of the longest prefix of ``data`` that ends with a blank line (an SSE event
     boundary: ``\n\n``, ``\r\r``, or ``\n\r``, which also covers ``\r\n\r\n``),
