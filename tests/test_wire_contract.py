@@ -106,6 +106,7 @@ def test_a_refusal_has_the_formats_status_and_type(case: Case, stopped: tuple[in
 
 
 def test_anthropic_types_for_statuses_it_does_not_name_are_api_error() -> None:
+    assert ANTHROPIC_MESSAGES.refusal(429, "cost_reserved") == (429, "rate_limit_error")
     assert ANTHROPIC_MESSAGES.refusal(418, "teapot") == (418, "api_error")
     assert CHAT_COMPLETIONS.refusal(418, "teapot") == (418, "teapot")
 
