@@ -225,7 +225,8 @@ class Settings(BaseSettings):
     loop_warning_after: int = 3
     error_patterns: tuple[str, ...] | None = Field(
         default=None,
-        description="Regexes marking a tool result as failed; unset uses the built-in defaults.",
+        description="Regexes (RE2 syntax, linear time) marking a tool result as failed; unset uses "
+        "the built-in defaults.",
     )
 
     # --- loop guard: result normalisation, failure and empty-result rules ----------
@@ -236,7 +237,8 @@ class Settings(BaseSettings):
     )
     result_normalizers: tuple[str, ...] = Field(
         default=(),
-        description="Extra regexes (JSON list) masked to <masked> in tool results before hashing.",
+        description="Extra regexes (JSON list, RE2 syntax: linear time, no lookarounds or "
+        "backreferences) masked to <masked> in tool results before hashing.",
     )
 
     text_actions: bool = Field(
@@ -244,6 +246,12 @@ class Settings(BaseSettings):
         description="Read tool use written as text (smolagents `Calling tools:`, ReAct `Action:`, "
         "code blocks, repeated turn pairs) from request histories without structured tool results "
         "and judge it like tool calls named `text:<name>` (app/guard/text_actions.py).",
+    )
+    guard_result_scan_bytes: int = Field(
+        default=64 * 1024, ge=1024,
+        description="Bytes of one tool result the loop guard normalises and classifies (UTF-8): "
+        "a longer result is hashed whole but only its first and last half of this are "
+        "normalised and searched for failure patterns (app/guard/result_prints.py).",
     )
     ledger_raw_result_hash: bool = Field(
         default=False,
@@ -276,7 +284,7 @@ class Settings(BaseSettings):
         default=None, gt=0,
         description="Seconds from a conversation's first counted request; unset: no ceiling.")
 
-    @field_validator("result_normalizers", "empty_result_patterns")
+    @field_validator("result_normalizers", "empty_result_patterns", "error_patterns")
     @classmethod
     def _valid_patterns(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
         return None if v is None else tuple(check_patterns(v))

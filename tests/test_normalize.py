@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.guard.linear_regex import UnsafePattern
 from app.guard.normalize import DEFAULT, DEFAULT_RULES, IDENTITY, Normalizer, build, check_patterns
 
 
@@ -84,8 +85,23 @@ def test_defaults_can_be_turned_off() -> None:
 def test_bad_operator_pattern_is_refused_with_its_position() -> None:
     with pytest.raises(ValueError, match="pattern 2"):
         check_patterns(["ok", "(unclosed"])
-    with pytest.raises(re.error):
+    with pytest.raises(UnsafePattern):
         build(True, ("(unclosed",))
+
+
+@pytest.mark.parametrize("pattern", [r"(?=a)b", r"(a)\1", r"(?<=x)y", "a{1000}{1000}"])
+def test_patterns_re2_cannot_run_in_linear_time_are_refused(pattern) -> None:
+    with pytest.raises(ValueError, match="linear time"):
+        check_patterns([pattern])
+
+
+def test_catastrophic_backtracking_pattern_is_harmless() -> None:
+    """``(a+)+$`` compiles (RE2 has no backtracking) and masks what it should; the
+    text that took Python's engine seconds per character is one linear pass."""
+    normalizer = build(False, (r"(a+)+$",))
+    assert normalizer("a" * 26 + "!") == "a" * 26 + "!"
+    assert normalizer("b" + "a" * 100_000) == "b<masked>"
+    assert normalizer("a" * 1_000_000 + "!") == "a" * 1_000_000 + "!"
 
 
 # ---------------------------------------------------------------- properties

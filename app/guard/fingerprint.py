@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from app.guard.linear_regex import LinearPattern, compile_linear
 from app.wire.base import ToolResult
 
 #: Prefix of the hashed material when the arguments are a JSON value.
@@ -37,7 +37,7 @@ HEADER_KEY_PREFIX = "h:"
 #: Prefix of a conversation key derived from the conversation seed text.
 SEED_KEY_PREFIX = "s:"
 
-#: Default failure patterns (searched anywhere in the output, case-insensitive),
+#: Default failure patterns (RE2, searched anywhere in the output, case-insensitive),
 #: used only when the wire carries no ``is_error`` flag. Kept short on purpose:
 #: a false positive merely counts toward a long failure streak of one tool.
 DEFAULT_ERROR_PATTERNS: tuple[str, ...] = (
@@ -133,7 +133,7 @@ DEFAULT_EMPTY_RESULT_PATTERNS: tuple[str, ...] = (
 )
 
 
-def is_empty_result(output: str, patterns: Sequence[re.Pattern[str]]) -> bool:
+def is_empty_result(output: str, patterns: Sequence[LinearPattern]) -> bool:
     """Whether a (normalised) tool result says "nothing": an empty literal
     (:data:`EMPTY_LITERALS` after stripping whitespace) or a whole-text match of one
     of ``patterns`` (compiled by :func:`compile_patterns`)."""
@@ -145,18 +145,20 @@ def is_empty_result(output: str, patterns: Sequence[re.Pattern[str]]) -> bool:
     return any(p.fullmatch(text) for p in patterns)
 
 
-def compile_patterns(patterns: Iterable[str]) -> tuple[re.Pattern[str], ...]:
-    """Compile failure patterns, case-insensitive. Raises ``re.error`` on a bad one."""
-    return tuple(re.compile(p, re.IGNORECASE) for p in patterns)
+def compile_patterns(patterns: Iterable[str]) -> tuple[LinearPattern, ...]:
+    """Compile failure or empty-result patterns, case-insensitive, with RE2 (linear
+    time, :mod:`app.guard.linear_regex`). Raises
+    :class:`~app.guard.linear_regex.UnsafePattern` (a ``ValueError``) on a bad one."""
+    return tuple(compile_linear(p, ignorecase=True) for p in patterns)
 
 
 #: :data:`DEFAULT_ERROR_PATTERNS`, compiled.
-DEFAULT_PATTERNS: tuple[re.Pattern[str], ...] = compile_patterns(DEFAULT_ERROR_PATTERNS)
+DEFAULT_PATTERNS: tuple[LinearPattern, ...] = compile_patterns(DEFAULT_ERROR_PATTERNS)
 #: :data:`DEFAULT_EMPTY_RESULT_PATTERNS`, compiled.
-DEFAULT_EMPTY_PATTERNS: tuple[re.Pattern[str], ...] = compile_patterns(DEFAULT_EMPTY_RESULT_PATTERNS)
+DEFAULT_EMPTY_PATTERNS: tuple[LinearPattern, ...] = compile_patterns(DEFAULT_EMPTY_RESULT_PATTERNS)
 
 
-def is_failure(result: ToolResult, patterns: Sequence[re.Pattern[str]]) -> bool:
+def is_failure(result: ToolResult, patterns: Sequence[LinearPattern]) -> bool:
     """Whether a tool result is a failure.
 
     The wire's own flag wins when present (``is_error`` True or False); otherwise

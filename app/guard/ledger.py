@@ -15,19 +15,18 @@ seen again (every request resends the history) never counts twice: inserts are
   ceilings are checked; an answer without tool calls extends or breaks the
   conversation's run of identical answers (``repeated_response``).
 
-Results are hashed after the result normaliser (:mod:`app.guard.normalize`); with
-``TASKGATE_LEDGER_RAW_RESULT_HASH`` the raw text's hash is kept beside it. Each
-result is also flagged ``is_empty`` (:func:`app.guard.fingerprint.is_empty_result`,
-on the normalised text).
+Results are hashed after the result normaliser (:mod:`app.guard.normalize`), a
+bounded prefix and suffix of long ones (:mod:`app.guard.result_prints`, computed
+before admission); with ``TASKGATE_LEDGER_RAW_RESULT_HASH`` the raw text's hash is
+kept beside it. Each result is also flagged ``is_empty``
+(:func:`app.guard.fingerprint.is_empty_result`, on the normalised text).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 import asyncpg
@@ -39,16 +38,9 @@ from app.db.pool import RELAXED_COMMIT, relaxed
 from app.guard import conversations
 from app.guard.conversation_rules import repeated_response
 from app.guard.detector import Action, CallRecord, Thresholds, Verdict, detect, window_size
-from app.guard.fingerprint import (
-    DEFAULT_EMPTY_RESULT_PATTERNS,
-    DEFAULT_ERROR_PATTERNS,
-    arguments_hash,
-    compile_patterns,
-    is_empty_result,
-    is_failure,
-    result_hash,
-)
+from app.guard.fingerprint import arguments_hash
 from app.guard.normalize import Normalizer, build
+from app.guard.result_prints import RequestPrints, config_for, fingerprints
 from app.settings import Settings
 from app.task import LoopGuard, Task
 from app.wire.base import ResponseSummary, ToolCall, ToolResult, Usage
@@ -101,6 +93,9 @@ class GuardRequest:
     conversation_key: str
     tool_calls: Sequence[ToolCall] = field(default_factory=list)
     tool_results: Sequence[ToolResult] = field(default_factory=list)
+    #: Fingerprints computed before admission (:mod:`app.guard.result_prints`); ``None``:
+    #: computed in :func:`record_request`.
+    prints: RequestPrints | None = None
 
 
 def _either(own: Any, default: Any) -> Any:
@@ -133,16 +128,6 @@ def normalizer_for(task: Task, settings: Settings) -> Normalizer:
     return build(defaults, (*settings.result_normalizers, *(o.result_normalizers or ())))
 
 
-@lru_cache(maxsize=8)
-def _patterns(patterns: tuple[str, ...] | None) -> tuple[re.Pattern[str], ...]:
-    return compile_patterns(list(patterns if patterns is not None else DEFAULT_ERROR_PATTERNS))
-
-
-@lru_cache(maxsize=8)
-def _empty_patterns(patterns: tuple[str, ...] | None) -> tuple[re.Pattern[str], ...]:
-    return compile_patterns(list(patterns if patterns is not None else DEFAULT_EMPTY_RESULT_PATTERNS))
-
-
 def _describe(verdict: Verdict, thresholds: Thresholds, conversation_key: str,
               normalizer: Normalizer) -> Verdict:
     """Add the conversation key, the thresholds and the result normalisers in force
@@ -163,13 +148,14 @@ def _describe(verdict: Verdict, thresholds: Thresholds, conversation_key: str,
 
 
 async def _insert_calls(conn: asyncpg.Connection, task_id: str, conversation_key: str,
-                        calls: Sequence[ToolCall]) -> int:
-    """Insert calls as pending (duplicates ignored); returns how many were new."""
+                        calls: Sequence[ToolCall], hashes: Sequence[str] | None = None) -> int:
+    """Insert calls as pending (duplicates ignored; ``hashes``: their arguments' hashes
+    when computed already); returns how many were new."""
     if not calls:
         return 0
     rows = await conn.fetch(_INSERT_CALLS, task_id, conversation_key,
                             [ledger_text(c.call_id) for c in calls], [ledger_text(c.name) for c in calls],
-                            [arguments_hash(c.arguments) for c in calls])
+                            list(hashes) if hashes is not None else [arguments_hash(c.arguments) for c in calls])
     return len(rows)
 
 
@@ -183,7 +169,9 @@ async def record_request(conn: asyncpg.Connection, task: Task, guard: GuardReque
                          settings: Settings, *, request_id: str | None = None) -> Verdict:
     """Add a request's new tool results to the ledger and judge the conversation.
 
-    Runs in the admission transaction with the task row locked. Results whose tool
+    Runs in the admission transaction with the task row locked: only writes the
+    fingerprints ``guard.prints`` computed before admission (recomputed here, bounded,
+    when absent or computed under another configuration). Results whose tool
     call id is unknown (neither in the ledger nor in the request's trailing assistant
     turn) cannot be attributed to a tool and are skipped. Returns ``OK`` without
     running the detector when nothing new was recorded (a resent history).
@@ -192,20 +180,19 @@ async def record_request(conn: asyncpg.Connection, task: Task, guard: GuardReque
     task_id = task.id
     key = guard.conversation_key
     thresholds = thresholds_for(task, settings)
-    new_calls = await _insert_calls(conn, task_id, key, guard.tool_calls)
+    config = config_for(task, settings)
+    prints = guard.prints
+    if prints is None or prints.config != config:  # none yet, or the task's loop_guard changed since
+        prints = fingerprints(guard.tool_calls, guard.tool_results, config)
+    new_calls = await _insert_calls(conn, task_id, key, guard.tool_calls, prints.arguments)
     if new_calls:
         await conn.execute(_COUNT_CALLS, task_id, new_calls)
-    patterns = _patterns(settings.error_patterns)
-    empty = _empty_patterns(settings.empty_result_patterns)
-    normalizer = normalizer_for(task, settings)
-    results = guard.tool_results
+    normalizer = config.normalizer
     completed = []
-    if results:
-        texts = [normalizer(r.output) for r in results]
-        raw = [result_hash(r.output) if settings.ledger_raw_result_hash else None for r in results]
-        completed = await conn.fetch(_COMPLETE_CALLS, task_id, [ledger_text(r.call_id) for r in results],
-                                     [result_hash(t) for t in texts], [is_failure(r, patterns) for r in results],
-                                     [is_empty_result(t, empty) for t in texts], raw)
+    if prints.results:
+        p = prints.results
+        completed = await conn.fetch(_COMPLETE_CALLS, task_id, [r.call_id for r in p], [r.result_hash for r in p],
+                                     [r.is_error for r in p], [r.is_empty for r in p], [r.raw_hash for r in p])
     if not completed and not new_calls:
         return Verdict(Action.OK)
     conv_calls = await conversations.add_tool_calls(conn, task_id, key, new_calls,

@@ -3,7 +3,7 @@ parts stripped or masked, so a loop whose results differ only in an id, a clock 
 stopwatch still looks like the loop it is.
 
 Pure and table-driven: a :class:`Normalizer` is an ordered tuple of :class:`Rule`
-(name, regex, replacement), applied in order with ``re.sub``; no I/O, no clock.
+(name, regex, replacement), applied in order with ``sub`` (RE2); no I/O, no clock.
 The ledger hashes ``normalizer(output)`` (:func:`app.guard.fingerprint.result_hash`).
 
 Default rules (:data:`DEFAULT_RULES`, in order):
@@ -34,17 +34,19 @@ file contents. Property tests in ``tests/test_normalize.py`` hold this line.
 
 Operators add their own patterns (``TASKGATE_RESULT_NORMALIZERS``, per task
 ``loop_guard.result_normalizers``): every match is replaced by ``<masked>``; patterns
-are Python regexes compiled with ``re.MULTILINE``. The defaults can be turned off
+are RE2 regexes (linear time, :mod:`app.guard.linear_regex`: no lookarounds or
+backreferences) compiled multi-line. The defaults run under RE2 too. The defaults can be turned off
 (``TASKGATE_RESULT_NORMALIZER_DEFAULTS=false``, per task
 ``loop_guard.result_normalizer_defaults``).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+
+from app.guard.linear_regex import LinearMatch, LinearPattern, UnsafePattern, compile_linear
 
 #: Replacement for a match of an operator's pattern.
 OPERATOR_MASK = "<masked>"
@@ -58,24 +60,31 @@ _TIME_UNIT = r"(?:ns|µs|us|ms|s|secs?|seconds?|milliseconds?|mins?|minutes?)"
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One normalisation step: every match of ``pattern`` becomes ``replacement``
-    (``re.sub`` syntax, so ``\\1`` refers to a group)."""
+    (``re.sub`` syntax, so ``\\1`` refers to a group; or a function of the match)."""
 
     name: str
-    pattern: re.Pattern[str]
-    replacement: str
+    pattern: LinearPattern
+    replacement: str | Callable[[LinearMatch], str]
 
     def apply(self, text: str) -> str:
         return self.pattern.sub(self.replacement, text)
 
 
-def _rule(name: str, pattern: str, replacement: str, flags: int = re.MULTILINE) -> Rule:
-    return Rule(name, re.compile(pattern, flags), replacement)
+def _rule(name: str, pattern: str, replacement: str | Callable[[LinearMatch], str]) -> Rule:
+    return Rule(name, compile_linear(pattern, multiline=True), replacement)
+
+
+def _hex_id(match: LinearMatch) -> str:
+    """``<hex>`` for a run of hex digits holding at least one letter and one digit."""
+    run = match.group(0)
+    has_digit = any(c.isdigit() for c in run)
+    return "<hex>" if has_digit and not run.isdigit() else run
 
 
 #: The default rules, applied in this order (see the module docstring).
 DEFAULT_RULES: tuple[Rule, ...] = (
     _rule("codex_shell_envelope",
-          r"^(?:Chunk ID: [0-9A-Za-z]+|Wall time: \d+(?:\.\d+)? seconds|Original token count: \d+)[ \t]*(?:\r?\n|\Z)",
+          r"^(?:Chunk ID: [0-9A-Za-z]+|Wall time: \d+(?:\.\d+)? seconds|Original token count: \d+)[ \t]*(?:\r?\n|\z)",
           ""),
     _rule("codex_session_id", r"^(Process running with session ID )\d+", r"\1<id>"),
     _rule("shell_process_ids", r"^(Process Group PGID|Background PIDs): \d+(?:, ?\d+)*[ \t]*$", r"\1: <pid>"),
@@ -87,7 +96,7 @@ DEFAULT_RULES: tuple[Rule, ...] = (
           rf"\[\d{{2}}/{_MONTH}/\d{{4}}:\d{{2}}:\d{{2}}:\d{{2}} [+-]\d{{4}}\]|\b{_MONTH} [ \d]\d \d{{2}}:\d{{2}}:\d{{2}}\b",
           "<timestamp>"),
     _rule("clock_time", r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d{1,9})?\b", "<time>"),
-    _rule("hex_id", r"\b(?=[0-9A-Fa-f]*[A-Fa-f])(?=[0-9A-Fa-f]*\d)[0-9A-Fa-f]{16,}\b", "<hex>"),
+    _rule("hex_id", r"\b[0-9A-Fa-f]{16,}\b", _hex_id),
     _rule("elapsed_time", rf"\b\d+(?:\.\d+)?\s?{_TIME_UNIT}\b", "<elapsed>"),
 )
 
@@ -118,7 +127,7 @@ DEFAULT = Normalizer(DEFAULT_RULES)
 def operator_rules(patterns: Iterable[str]) -> tuple[Rule, ...]:
     """Rules for operator patterns: each match becomes ``<masked>``.
 
-    Raises ``re.error`` for a pattern that does not compile."""
+    Raises :class:`~app.guard.linear_regex.UnsafePattern` for a pattern RE2 refuses."""
     return tuple(_rule(f"{OPERATOR_RULE_PREFIX}{i}", p, OPERATOR_MASK) for i, p in enumerate(patterns, 1))
 
 
@@ -129,18 +138,19 @@ def _build(defaults: bool, patterns: tuple[str, ...]) -> Normalizer:
 
 def build(defaults: bool = True, patterns: Sequence[str] = ()) -> Normalizer:
     """The normaliser for a configuration: the default rules (unless ``defaults`` is
-    false), then the operator's ``patterns`` in order. Cached; raises ``re.error`` for
-    a bad pattern."""
+    false), then the operator's ``patterns`` in order. Cached; raises
+    :class:`~app.guard.linear_regex.UnsafePattern` for a bad pattern."""
     return _build(bool(defaults), tuple(patterns))
 
 
 def check_patterns(patterns: Iterable[str]) -> list[str]:
-    """``patterns`` as a list when every one compiles; raises ``ValueError`` naming the
-    first that does not (for settings and admin API validation)."""
+    """``patterns`` as a list when every one compiles under RE2 (linear time); raises
+    ``ValueError`` naming the first that does not (for settings and admin API
+    validation: a start-up error, a 422)."""
     out = list(patterns)
     for i, p in enumerate(out, 1):
         try:
-            re.compile(p, re.MULTILINE)
-        except re.error as exc:
-            raise ValueError(f"result normalizer pattern {i} ({p!r}) is not a valid regex: {exc}") from None
+            compile_linear(p, multiline=True)
+        except UnsafePattern as exc:
+            raise ValueError(f"result normalizer pattern {i} ({p!r}) is refused: {exc}") from None
     return out

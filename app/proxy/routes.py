@@ -47,6 +47,7 @@ from app.guard.ledger import GuardRequest
 from app.guard.text_actions import extract, guard_calls, seed_without_scratchpad
 from app.guard.text_turns import tail
 from app.guard.repeated_output import OutputMonitor
+from app.guard.result_prints import config_for, fingerprints_off_loop
 from app.proxy import endpoints
 from app.proxy.accounting import Accounting
 from app.proxy.auth import require_known_token
@@ -193,6 +194,9 @@ async def proxy_post(request: Request) -> Response:
         elif settings.loop_guard_enabled and settings.text_actions and not view.tool_calls:
             calls, results = guard_calls(extract(tail(payload), conv_key))  # the structured path wins
             guard = GuardRequest(conv_key, calls, results) if calls else None
+        if guard is not None:  # fingerprinted here, off the event loop when large, not under the row lock
+            guard.prints = await fingerprints_off_loop(guard.tool_calls, guard.tool_results,
+                                                       config_for(await authenticate(pool, hashed), settings))
     elif isinstance(payload.get("model"), str):
         model = payload["model"]
     reservation, price, add_usage = Decimal(0), None, False  # free endpoints cost nothing
