@@ -7,8 +7,11 @@ import asyncio
 from app.guard.result_prints import config_for, fingerprint, fingerprints, fingerprints_off_loop
 from app.settings import Settings
 from app.wire.base import ToolCall, ToolResult
+from tests.task_values import task_value
 
-CONFIG = config_for({}, Settings(guard_result_scan_bytes=1024))
+TASK = task_value()
+
+CONFIG = config_for(TASK, Settings(guard_result_scan_bytes=1024))
 FILLER = "line of a long file\n" * 500  # 10 kB: past the 1 KiB bound
 
 
@@ -26,7 +29,7 @@ def test_head_and_tail_are_normalised_the_middle_counts_raw():
 
 
 def test_small_results_are_fingerprinted_as_before():
-    small = config_for({}, Settings())
+    small = config_for(TASK, Settings())
     assert fingerprint(ToolResult("c", "x 06:54:12"), small).result_hash == \
         fingerprint(ToolResult("c", "x 07:00:00"), small).result_hash
     assert fingerprint(ToolResult("c", "[]"), small).is_empty

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-import re2
+import re2  # type: ignore[import-untyped]  # no stubs; typed by the Protocols below
 
 #: Memory budget of one compiled pattern (RE2's ``max_mem``): bounds the size of the
 #: automaton, hence the cost per character.

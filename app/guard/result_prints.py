@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from app.db.bounds import ledger_text
 from app.guard.fingerprint import (
@@ -40,6 +39,7 @@ from app.guard.fingerprint import (
 from app.guard.linear_regex import LinearPattern
 from app.guard.normalize import Normalizer, build
 from app.settings import Settings
+from app.task import Task
 from app.wire.base import ToolCall, ToolResult
 
 #: Results totalling more UTF-8 bytes than this (with the tool calls' arguments) are
@@ -88,13 +88,14 @@ def _patterns(patterns: tuple[str, ...] | None, defaults: tuple[str, ...]) -> tu
     return compile_patterns(list(patterns if patterns is not None else defaults))
 
 
-def config_for(task: Mapping[str, Any], settings: Settings) -> PrintConfig:
+def config_for(task: Task, settings: Settings) -> PrintConfig:
     """The fingerprint configuration in force for ``task`` (its ``loop_guard``
     overrides on top of the settings)."""
-    o = task.get("loop_guard") or {}
-    defaults = o.get("result_normalizer_defaults", settings.result_normalizer_defaults)
+    o = task.loop_guard
+    defaults = settings.result_normalizer_defaults if o.result_normalizer_defaults is None \
+        else o.result_normalizer_defaults
     return PrintConfig(
-        normalizer=build(defaults, (*settings.result_normalizers, *(o.get("result_normalizers") or ()))),
+        normalizer=build(defaults, (*settings.result_normalizers, *(o.result_normalizers or ()))),
         error_patterns=_patterns(settings.error_patterns, DEFAULT_ERROR_PATTERNS),
         empty_patterns=_patterns(settings.empty_result_patterns, DEFAULT_EMPTY_RESULT_PATTERNS),
         scan_bytes=settings.guard_result_scan_bytes,
