@@ -129,6 +129,12 @@ class Settings(BaseSettings):
     upstream_max_connections: int = 1000
 
     # --- dollar ceiling (issue 19) -----------------------------------------------
+    stream_usage: bool = Field(
+        default=True,
+        description="Ask upstream for usage on every streamed chat completion (stream_options.include_usage) "
+        "and hide the usage-only chunk from clients that did not ask. false: only for tasks with a token or "
+        "dollar limit; other such streams are relayed untouched and their tokens are unknown.",
+    )
     cost_wait_s: float = Field(
         default=30.0, ge=0, allow_inf_nan=False,
         description="Seconds a request of a task with cost_limit_usd waits when it fits only once the "

@@ -13,11 +13,13 @@ from app.admission.cost import (
     actual_usd,
     dollars,
     input_token_bound,
+    one_hour_cache,
     output_token_bound,
     reservation_usd,
     usd,
 )
 from app.config.schema import Price
+from app.wire import ANTHROPIC_MESSAGES
 from app.wire.base import Usage
 
 PRICE = Price(input_per_mtok=2.0, output_per_mtok=8.0, cached_input_per_mtok=0.5)
@@ -83,3 +85,33 @@ def test_amounts_round_up_to_the_stored_quantum() -> None:
 ])
 def test_dollars(amount: object, text: str) -> None:
     assert dollars(amount) == text  # type: ignore[arg-type]
+
+
+def test_one_hour_cache_writes_cost_twice_input_and_five_minute_writes_the_cache_write_price() -> None:
+    usage = Usage(input_tokens=10_000, output_tokens=0, cache_creation_input_tokens=10_000,
+                  cache_creation_1h_input_tokens=4_000)
+    # 6,000 at $3.75 (5 minutes) + 4,000 at $6.00 (1 hour, 2 x $3.00)
+    assert actual_usd(ANTHROPIC, usage) == usd("0.0225") + usd("0.024")
+    own = Price(input_per_mtok=3.0, output_per_mtok=15.0, cache_write_1h_per_mtok=7.0)
+    assert actual_usd(own, Usage(input_tokens=1_000_000, cache_creation_input_tokens=1_000_000,
+                                 cache_creation_1h_input_tokens=1_000_000)) == usd(7)
+
+
+def test_a_request_that_may_write_one_hour_cache_is_reserved_at_that_price() -> None:
+    five = {"system": [{"type": "text", "text": "x", "cache_control": {"type": "ephemeral"}}]}
+    hour = {"system": [{"type": "text", "text": "x", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}
+    assert not one_hour_cache(json.dumps(five).encode(), five)
+    assert one_hour_cache(json.dumps(hour).encode(), hour)
+    assert one_hour_cache(b'{"system": [{"cache_control": {"\\u0074tl": "1h"}}]}', hour)  # an escape spells it
+    explicit = {"messages": [{"content": [{"cache_control": {"type": "ephemeral", "ttl": "5m"}}]}]}
+    assert not one_hour_cache(json.dumps(explicit).encode(), explicit)
+    assert reservation_usd(ANTHROPIC, 1_000_000, 0) == usd("3.75")
+    assert reservation_usd(ANTHROPIC, 1_000_000, 0, one_hour=True) == usd(6)
+
+
+def test_anthropic_cache_writes_are_broken_down_by_ttl() -> None:
+    body = {"type": "message", "content": [], "usage": {
+        "input_tokens": 50, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 3000, "output_tokens": 9,
+        "cache_creation": {"ephemeral_5m_input_tokens": 1000, "ephemeral_1h_input_tokens": 2000}}}
+    usage = ANTHROPIC_MESSAGES.parse_response(body).usage
+    assert usage == Usage(3050, 9, cache_creation_input_tokens=3000, cache_creation_1h_input_tokens=2000)

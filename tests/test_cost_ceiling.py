@@ -170,12 +170,3 @@ def test_streamed_chat_usage_is_asked_for_limited_tasks_and_hidden_unless_the_cl
     assert sent.json["stream_options"]["include_usage"] is True
     task = _wait(admin, task_id, lambda t: t["input_tokens"] > 0)
     assert (task["input_tokens"], task["output_tokens"]) == (321, 12)
-
-
-def test_unlimited_tasks_stream_byte_for_byte_without_usage_added(gateway: GatewayProcess, upstream: UpstreamServer,
-                                                                   admin: Admin) -> None:
-    _, token = admin.create_task()
-    response = _post(gateway.url, token, _body(stream=True))
-    assert response.status_code == 200
-    (sent,) = upstream.requests
-    assert "stream_options" not in sent.json

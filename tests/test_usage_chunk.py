@@ -15,7 +15,7 @@ LIMITED = task_value(token_limit=1000, cost_limit_usd=None)
 @pytest.mark.parametrize(("path", "payload", "task", "expected"), [
     ("/v1/chat/completions", {"stream": True}, LIMITED, True),
     ("/v1/chat/completions", {"stream": True}, task_value(token_limit=None, cost_limit_usd=5), True),
-    ("/v1/chat/completions", {"stream": True}, task_value(token_limit=None, cost_limit_usd=None), False),
+    ("/v1/chat/completions", {"stream": True}, task_value(token_limit=None, cost_limit_usd=None), True),
     ("/v1/chat/completions", {"stream": False}, LIMITED, False),
     ("/v1/chat/completions", {"stream": True, "stream_options": {"include_usage": True}}, LIMITED, False),
     ("/v1/chat/completions", {"stream": True, "stream_options": {"include_usage": False}}, LIMITED, True),
@@ -24,6 +24,15 @@ LIMITED = task_value(token_limit=1000, cost_limit_usd=None)
 ])
 def test_needs_usage(path: str, payload: dict, task: Task, expected: bool) -> None:
     assert needs_usage(format_for_path(path), path, payload, task) is expected
+
+
+@pytest.mark.parametrize(("task", "expected"), [
+    (LIMITED, True), (task_value(token_limit=None, cost_limit_usd=5), True),
+    (task_value(token_limit=None, cost_limit_usd=None), False),
+])
+def test_usage_is_asked_only_for_limited_tasks_when_turned_off(task: Task, expected: bool) -> None:
+    path = "/v1/chat/completions"
+    assert needs_usage(format_for_path(path), path, {"stream": True}, task, always=False) is expected
 
 
 def test_with_usage_keeps_other_options() -> None:

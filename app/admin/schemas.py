@@ -206,6 +206,8 @@ class Task(BaseModel):
     cost_usd: float = Field(0, description="Settled cost of finished requests (US dollars).")
     reserved_usd: float = Field(0, description="Worst-case cost of requests in flight (US dollars).")
     cost_wait_s: float | None = None
+    unmetered_responses: int = Field(0, description="Answers upstream reported no usage for: their tokens are "
+                                     "unknown (not 0) and not in input_tokens/output_tokens.")
     allowed_models: list[str] | None = None
     metadata: dict[str, Any]
     first_admitted_at: datetime | None

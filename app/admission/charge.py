@@ -15,7 +15,7 @@ from decimal import Decimal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.admission.cost import input_token_bound, output_token_bound, reservation_usd
+from app.admission.cost import input_token_bound, one_hour_cache, output_token_bound, reservation_usd
 from app.config.routing import Route
 from app.errors import GatewayError
 from app.task import Task
@@ -59,7 +59,8 @@ class Charge:
         assert self.route is not None and self.route.price is not None
         output = self._output_bound()
         assert output is not None
-        return reservation_usd(self.route.price, input_token_bound(self.body), output)
+        return reservation_usd(self.route.price, input_token_bound(self.body), output,
+                               one_hour=one_hour_cache(self.body, self.payload))
 
     def _output_bound(self) -> int | None:
         assert self.route is not None

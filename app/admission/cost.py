@@ -75,23 +75,46 @@ def output_token_bound(payload: Mapping[str, Any], model_max_output_tokens: int 
     return model_max_output_tokens
 
 
-def reservation_usd(price: Price, input_tokens: int, output_tokens: int) -> Decimal:
+def one_hour_cache(body: bytes, payload: Any) -> bool:
+    """Whether a request may write to Anthropic's prompt cache with the 1-hour TTL: some
+    ``cache_control`` in it sets a ``ttl`` other than ``"5m"`` (the default). The parsed
+    ``payload`` is walked only when the bytes hold ``ttl`` or a ``\\u`` escape (which
+    could spell it), so the check is exact and costs a byte scan otherwise."""
+    if b"ttl" not in body and b"\\u" not in body:
+        return False
+    stack = [payload]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if "ttl" in item and item["ttl"] != "5m":
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def reservation_usd(price: Price, input_tokens: int, output_tokens: int, *, one_hour: bool = False) -> Decimal:
     """The worst-case cost of a request: every input token at the highest input price
-    (uncached, cache write) and every output token at the output price."""
-    input_price = max(price.input_per_mtok, price.cache_write)
+    (uncached, cache write; the 1-hour cache write when ``one_hour``,
+    :func:`one_hour_cache`) and every output token at the output price."""
+    input_price = max(price.input_per_mtok, price.cache_write, price.cache_write_1h if one_hour else 0)
     return usd((Decimal(str(input_price)) * input_tokens
                 + Decimal(str(price.output_per_mtok)) * output_tokens) / _PER_MTOK)
 
 
 def actual_usd(price: Price, usage: Usage) -> Decimal:
     """What upstream's ``usage`` costs: uncached input, cache reads and cache writes at
-    their prices, plus output. Cache fields are part of ``input_tokens`` (see
+    their prices (1-hour writes at ``cache_write_1h``, 5-minute ones at ``cache_write``),
+    plus output. Cache fields are part of ``input_tokens`` (see
     :class:`~app.wire.base.Usage`)."""
     cache_read, cache_write = usage.cache_read_input_tokens, usage.cache_creation_input_tokens
+    one_hour = min(usage.cache_creation_1h_input_tokens, cache_write)
     uncached = max(usage.input_tokens - cache_read - cache_write, 0)
     total = (Decimal(str(price.input_per_mtok)) * uncached
              + Decimal(str(price.cached_input)) * cache_read
-             + Decimal(str(price.cache_write)) * cache_write
+             + Decimal(str(price.cache_write)) * (cache_write - one_hour)
+             + Decimal(str(price.cache_write_1h)) * one_hour
              + Decimal(str(price.output_per_mtok)) * usage.output_tokens)
     return usd(total / _PER_MTOK)
 

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from app.admission.cost import dollars
 
@@ -22,14 +22,51 @@ def of(used: Any, limit: Any) -> str:
     return f"{used} / {limit}" if limit is not None else f"{used}"
 
 
+def tokens_text(t: dict) -> str:
+    """A task's tokens: ``unknown`` when upstream reported none for some answers (with
+    ``TASKGATE_STREAM_USAGE=false``, a streamed chat completion that did not ask)."""
+    total, unknown = t["total_tokens"], t.get("unmetered_responses") or 0
+    if not unknown:
+        return str(total)
+    return "unknown" if total == 0 else f"{total} + unknown"
+
+
+def cost_text(t: dict) -> str:
+    """``$0.78 of $5.00 spent, $1.20 reserved`` (``-`` for a task without dollars)."""
+    limit = t.get("cost_limit_usd")
+    if limit is None and not t.get("cost_usd") and not t.get("reserved_usd"):
+        return "-"
+    return (dollars(t.get("cost_usd")) + (f" of {dollars(limit)}" if limit is not None else "")
+            + f" spent, {dollars(t.get('reserved_usd'))} reserved")
+
+
+def cost_cell(t: dict) -> str:
+    """The tasks list's dollars: ``$0.78/$5.00 +$1.20`` (spent / ceiling + reserved)."""
+    if cost_text(t) == "-":
+        return "-"
+    limit = t.get("cost_limit_usd")
+    return (dollars(t.get("cost_usd")) + (f"/{dollars(limit)}" if limit is not None else "")
+            + f" +{dollars(t.get('reserved_usd'))}")
+
+
+#: Width of the tasks list when the output is not a terminal (scripts, grep): one line a row.
+PIPED_WIDTH = 160
+
+
+def print_tasks(tasks: list[dict]) -> None:
+    """The tasks list, at the terminal's width, else at :data:`PIPED_WIDTH`."""
+    console = out if out.is_terminal else Console(highlight=False, soft_wrap=True, width=PIPED_WIDTH)
+    console.print(tasks_table(tasks))
+
+
 def tasks_table(tasks: list[dict]) -> Table:
-    table = Table("id", "status", "requests", "tokens", "tool calls", "stop reason", box=None,
-                  header_style="bold")
+    table = Table(Column("id", no_wrap=True), "status", "requests", "refused", "tokens", "tool calls",
+                  "dollars (spent/ceiling +reserved)", "stop reason", box=None, header_style="bold")
     for t in tasks:
         status = "[red]stopped[/red]" if t["status"] == "stopped" else "[green]active[/green]"
         table.add_row(t["id"], status, of(t["admitted_requests"], t["request_limit"]),
-                      of(t["total_tokens"], t["token_limit"]), of(t["tool_calls"], t["tool_call_limit"]),
-                      t.get("stop_reason") or "")
+                      str(t.get("refused_requests") or 0), of(tokens_text(t), t["token_limit"]),
+                      of(t["tool_calls"], t["tool_call_limit"]), cost_cell(t), t.get("stop_reason") or "")
     return table
 
 
@@ -38,15 +75,18 @@ def show_task(t: dict) -> None:
     out.print(f"[bold]{t['id']}[/bold]  {status}")
     table = Table(box=None, show_header=False)
     table.add_row("requests", of(t["admitted_requests"], t["request_limit"]))
-    table.add_row("tokens", of(t["total_tokens"], t["token_limit"])
-                  + f"  (input {t['input_tokens']}, output {t['output_tokens']})")
+    table.add_row("refused", f"{t.get('refused_requests') or 0} (requests refused while stopped)")
+    unknown = t.get("unmetered_responses") or 0
+    table.add_row("tokens", of(tokens_text(t), t["token_limit"])
+                  + f"  (input {t['input_tokens']}, output {t['output_tokens']}"
+                  + (f"; {unknown} answers without usage)" if unknown else ")"))
     table.add_row("tool calls", of(t["tool_calls"], t["tool_call_limit"]))
     table.add_row("max duration", f"{t['max_duration_s']} s" if t.get("max_duration_s") else "none")
     table.add_row("stalls", of(t["stalls"], t.get("max_stalls")))
-    if t.get("cost_limit_usd") is not None or t.get("cost_usd"):
-        limit = t.get("cost_limit_usd")
-        table.add_row("cost", f"{dollars(t.get('cost_usd'))}" + (f" of {dollars(limit)}" if limit is not None else "")
-                      + f" spent, {dollars(t.get('reserved_usd'))} reserved")
+    if cost_text(t) != "-":
+        table.add_row("cost", cost_text(t))
+    if t.get("cost_wait_s") is not None:
+        table.add_row("cost wait", f"{t['cost_wait_s']:g} s")
     if t.get("allowed_models") is not None:
         table.add_row("allowed models", ", ".join(t["allowed_models"]) or "none")
     table.add_row("first request", str(t.get("first_admitted_at") or "-"))

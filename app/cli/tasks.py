@@ -104,7 +104,7 @@ def tasks() -> None:
 def list_(api: AdminClient, as_json: bool, status: str | None, limit: int) -> None:
     """Tasks with their counters against their limits."""
     rows = api.tasks(status, limit)
-    render.print_json(rows) if as_json else render.out.print(render.tasks_table(rows))
+    render.print_json(rows) if as_json else render.print_tasks(rows)
 
 
 @tasks.command()

@@ -27,13 +27,17 @@ class _Strict(BaseModel):
 class Price(_Strict):
     """USD per million tokens. ``cached_input_per_mtok`` prices input read from a prompt
     cache (OpenAI ``cached_tokens``, Anthropic ``cache_read_input_tokens``) and
-    ``cache_write_per_mtok`` input written to one (Anthropic ``cache_creation_input_tokens``);
-    each defaults to ``input_per_mtok`` when unset."""
+    ``cache_write_per_mtok`` input written to one (Anthropic ``cache_creation_input_tokens``
+    with the 5-minute TTL); each defaults to ``input_per_mtok`` when unset.
+    ``cache_write_1h_per_mtok`` prices writes with the 1-hour TTL
+    (``cache_creation.ephemeral_1h_input_tokens``); default twice ``input_per_mtok``
+    (Anthropic's list price)."""
 
     input_per_mtok: float = Field(ge=0, allow_inf_nan=False)
     output_per_mtok: float = Field(ge=0, allow_inf_nan=False)
     cached_input_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     cache_write_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    cache_write_1h_per_mtok: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
     @property
     def cached_input(self) -> float:
@@ -42,6 +46,10 @@ class Price(_Strict):
     @property
     def cache_write(self) -> float:
         return self.input_per_mtok if self.cache_write_per_mtok is None else self.cache_write_per_mtok
+
+    @property
+    def cache_write_1h(self) -> float:
+        return 2 * self.input_per_mtok if self.cache_write_1h_per_mtok is None else self.cache_write_1h_per_mtok
 
 
 class Provider(_Strict):

@@ -25,7 +25,7 @@ from app.admission.holds import holds
 from app.config.schema import Price
 from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
-from app.db.pool import relaxed
+from app.db.pool import RELAXED_COMMIT, relaxed
 from app.db.retry import backlog
 from app.guard.ledger import record_response
 from app.proxy.outcome import Outcome
@@ -37,6 +37,18 @@ _EVENT_KINDS = {
     "upstream_unreachable": "upstream_unreachable",
     "upstream_timeout": "upstream_timeout",
 }
+_COUNT_UNMETERED = ("UPDATE tasks SET unmetered_responses = unmetered_responses + 1, updated_at = now()"
+                    f" FROM {RELAXED_COMMIT} WHERE id = $1")
+
+
+def unmetered(outcome: Outcome) -> bool:
+    """Whether a finished inference exchange leaves the task's tokens unknown: upstream
+    answered it in full (2xx) without reporting usage (a streamed chat completion not
+    asked for usage, ``TASKGATE_STREAM_USAGE=false``, or a provider that reports none)."""
+    return (outcome.kind == "completed" and outcome.summary.usage is None
+            and outcome.status is not None and 200 <= outcome.status < 300)
+
+
 _COUNT_STALL = (
     "UPDATE tasks SET stalls = stalls + 1, updated_at = now() WHERE id = $1 RETURNING stalls, max_stalls"
 )
@@ -57,6 +69,7 @@ class Accounting:
     price: Price | None = None
     reservation_usd: Decimal = Decimal(0)
     request_id: str | None = None  # into the events recorded
+    metered: bool = False  # an inference POST: upstream should report its usage
 
     def __post_init__(self) -> None:
         events.EXCHANGE_STARTED.emit(events.ExchangeStarted(self.task_id, self.stream))
@@ -80,6 +93,9 @@ class Accounting:
                 f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")
             if self.reservation_usd:
                 holds.settled(self.task_id)  # requests of the task waiting here decide again now
+        if self.metered and unmetered(outcome):
+            await self._retried(lambda: self._execute(_COUNT_UNMETERED),
+                                f"the unmetered response of task {self.task_id}")
         repeated = outcome.detail.get("repeated_output")
         if repeated is not None and self.guard_enabled:
             detail = {**repeated, "conversation_key": self.conversation_key,
@@ -99,6 +115,10 @@ class Accounting:
             if not database_unreachable(exc):
                 raise
             backlog.submit(write, what, self.settings.accounting_retry_s, exc)
+
+    async def _execute(self, statement: str) -> None:
+        async with self.pool.acquire() as conn:
+            await conn.execute(statement, self.task_id)
 
     async def _latch(self, reason: str, detail: dict) -> None:
         async with self.pool.acquire() as conn, conn.transaction():

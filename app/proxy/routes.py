@@ -212,7 +212,7 @@ async def proxy_post(request: Request) -> Response:
             tool = verdict.detail.get("tool_name", "the same tool")
             events.LOOP_WARNED.emit(events.LoopWarned(task.id, tool, verdict.count))
             notice = LOOP_NOTICE.format(tool=tool, count=verdict.count)
-        add_usage = needs_usage(fmt, path, payload, task)
+        add_usage = needs_usage(fmt, path, payload, task, settings.stream_usage)
         if notice is not None or add_usage:
             upstream_request, add_usage = _rewritten(request, upstream_request, fmt, payload, notice, add_usage)
     guarded = settings.loop_guard_enabled and endpoint.kind == endpoints.INFERENCE
@@ -223,6 +223,7 @@ async def proxy_post(request: Request) -> Response:
         total_timeout_s=task.upstream_timeout_s or settings.upstream_timeout_s,
         on_finish=Accounting(pool, settings, task.id, conv_key, guarded, stream=stream_requested,
                              price=price, reservation_usd=reservation, count_answer=continued,
+                             metered=endpoint.kind == endpoints.INFERENCE,
                              request_id=request_id),
         endpoint=path, model=model,
         monitor=OutputMonitor(_repeated_output(task, settings)) if guarded else None,

@@ -2,9 +2,10 @@
 
 Some streams carry token usage only when the request asks (chat completions:
 ``stream_options.include_usage``; the wire format says,
-:meth:`app.wire.base.WireFormat.needs_stream_usage`). A task with a token or dollar
-limit needs it, so the gateway asks in the forwarded request (:func:`needs_usage`,
-:meth:`~app.wire.base.WireFormat.with_stream_usage`) and drops the extra usage-only event
+:meth:`app.wire.base.WireFormat.needs_stream_usage`). Every task's tokens and dollars
+need it, so the gateway asks in the forwarded request (:func:`needs_usage`,
+:meth:`~app.wire.base.WireFormat.with_stream_usage`; with ``TASKGATE_STREAM_USAGE=false``
+only for tasks with a token or dollar limit) and drops the extra usage-only event
 (:meth:`~app.wire.base.WireFormat.is_usage_only`) from what the client receives
 (:func:`strip_usage_chunks`): the client sees the stream it asked for, minus one event
 it did not ask for. This is the one place the relay is not byte for byte.
@@ -24,11 +25,12 @@ from app.wire.sse import block_events
 _BOUNDARY = re.compile(rb"(\r\n\r\n|\n\n|\r\r)")
 
 
-def needs_usage(fmt: WireFormat, path: str, payload: Mapping[str, Any], task: Task) -> bool:
-    """Whether to ask upstream for usage on this request's stream: a task with
-    ``token_limit`` or ``cost_limit_usd``, and a request whose stream would carry no
-    usage unless asked (``fmt``'s :meth:`~app.wire.base.WireFormat.needs_stream_usage`)."""
-    if task.token_limit is None and task.cost_limit_usd is None:
+def needs_usage(fmt: WireFormat, path: str, payload: Mapping[str, Any], task: Task, always: bool = True) -> bool:
+    """Whether to ask upstream for usage on this request's stream: a request whose stream
+    would carry no usage unless asked (``fmt``'s
+    :meth:`~app.wire.base.WireFormat.needs_stream_usage`), of any task (``always``,
+    ``TASKGATE_STREAM_USAGE``) or else of a task with ``token_limit`` or ``cost_limit_usd``."""
+    if not always and task.token_limit is None and task.cost_limit_usd is None:
         return False
     return fmt.needs_stream_usage(path, payload)
 

@@ -48,6 +48,15 @@ TASK_STOPPED_STATUS = 409
 
 _INPUT_FIELDS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 _COUNTED = (*_INPUT_FIELDS, "output_tokens")
+#: Cache writes with the 1-hour TTL (priced 2x input, 5-minute writes 1.25x): part of
+#: ``cache_creation_input_tokens``, broken down in ``usage.cache_creation``.
+_ONE_HOUR = "ephemeral_1h_input_tokens"
+
+
+def _one_hour(raw: dict[str, Any]) -> int | None:
+    nested = raw.get("cache_creation")
+    value = nested.get(_ONE_HOUR) if isinstance(nested, dict) else None
+    return as_int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _blocks(content: Any) -> list[Any]:
@@ -93,6 +102,9 @@ class _UsageCounter:
             value = raw.get(key)
             if isinstance(value, int) and not isinstance(value, bool):
                 self.fields[key] = as_int(value)
+        one_hour = _one_hour(raw)
+        if one_hour is not None:
+            self.fields[_ONE_HOUR] = one_hour
         iterations = raw.get("iterations")
         if isinstance(iterations, list) and iterations:
             self.iterations = iterations
@@ -108,6 +120,7 @@ class _UsageCounter:
             if isinstance(step, dict):
                 for key in _COUNTED:
                     totals[key] += as_int(step.get(key))
+                totals[_ONE_HOUR] = totals.get(_ONE_HOUR, 0) + (_one_hour(step) or 0)
         steps = _as_usage(totals)
         inputs = steps if steps.input_tokens >= top.input_tokens else top
         return Usage(
@@ -115,6 +128,7 @@ class _UsageCounter:
             output_tokens=max(steps.output_tokens, top.output_tokens),
             cache_read_input_tokens=inputs.cache_read_input_tokens,
             cache_creation_input_tokens=inputs.cache_creation_input_tokens,
+            cache_creation_1h_input_tokens=inputs.cache_creation_1h_input_tokens,
         )
 
 
@@ -124,6 +138,7 @@ def _as_usage(counts: dict[str, int]) -> Usage:
         output_tokens=counts.get("output_tokens", 0),
         cache_read_input_tokens=counts.get("cache_read_input_tokens", 0),
         cache_creation_input_tokens=counts.get("cache_creation_input_tokens", 0),
+        cache_creation_1h_input_tokens=min(counts.get(_ONE_HOUR, 0), counts.get("cache_creation_input_tokens", 0)),
     )
 
 

@@ -77,7 +77,9 @@ class Usage:
     - ``cache_read_input_tokens``: read from the prompt cache (Anthropic
       ``cache_read_input_tokens``; OpenAI ``prompt_tokens_details.cached_tokens`` /
       ``input_tokens_details.cached_tokens``);
-    - ``cache_creation_input_tokens``: written to the cache (Anthropic only).
+    - ``cache_creation_input_tokens``: written to the cache (Anthropic only);
+      ``cache_creation_1h_input_tokens`` is the part written with the 1-hour TTL
+      (``usage.cache_creation.ephemeral_1h_input_tokens``), the rest has the 5-minute TTL.
 
     Anthropic reports cached tokens beside ``input_tokens``, OpenAI inside
     ``prompt_tokens`` / ``input_tokens``; each wire format maps its own shape here.
@@ -87,6 +89,7 @@ class Usage:
     output_tokens: int = 0
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
+    cache_creation_1h_input_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
