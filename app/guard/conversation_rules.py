@@ -16,12 +16,20 @@ Rules (off unless set, except ``repeated_response``):
   conversation_max_duration_s``; checked at admission.
 - ``conversation_tool_call_limit``: checked with the tool-call history by
   :func:`app.guard.detector.detect` (rule 8).
-- ``repeated_response`` (5): the same assistant text without tool calls ``N`` times
-  in a row in one conversation (OpenHands' "monologue"); judged when a response
-  ends. A response with tool calls breaks the row; so does a different text.
-  Responses without text leave the row as it is, and so do answers to requests
-  without an earlier assistant turn (:attr:`RequestView.continued`): the same
-  one-shot prompt sent many times is not a conversation going round.
+- ``repeated_response`` (5): ``N`` answers in a row in one conversation, each the same
+  assistant text without tool calls that the model had just been shown (OpenHands'
+  "monologue"); judged when a response ends. An answer counts only when it repeats the
+  latest assistant turn of its request's history (:func:`answer_repeats`): the model saw
+  its previous answer and gave it again, the conversation grew by it. So the same
+  one-shot prompt sent many times, and separate runs behind one canned prefix (Aider's
+  fixed example exchange), never count, whatever they answer. An answer that repeats
+  nothing it saw ends the row; so does a response with tool calls. Responses without
+  text leave the row as it is, and so do answers to requests without an earlier
+  assistant turn (:attr:`RequestView.continued`). Limits: a client that changes the
+  answer before resending it (strips it, adds ids) is not seen repeating (the text
+  action fall-back, :mod:`app.guard.text_actions`, masks ids); a Responses chain on
+  ``previous_response_id``, whose history the gateway does not see, counts every
+  identical answer, as before.
 
 The latch is still per task: any of these stops the whole task; ``stop_detail``
 names the conversation.
@@ -84,6 +92,15 @@ def conversation_breach(conversation: Mapping[str, Any] | None, limits: Conversa
             return REASON_CONVERSATION_MAX_DURATION, {
                 "elapsed_s": round((now - first).total_seconds(), 3), "threshold": limits.max_duration_s}
     return None
+
+
+def answer_repeats(seen_sha256: str | None, answer_sha256: str) -> bool:
+    """Whether an answer counts toward ``repeated_response``: it is the text of the latest
+    assistant turn the request showed the model (``seen_sha256``, from
+    :func:`app.guard.text_turns.latest_answer_sha256`). ``None`` (no earlier answer text in
+    the history: a ``previous_response_id`` chain, assistant turns with tool calls only):
+    it counts, and the stored previous answer decides."""
+    return seen_sha256 is None or seen_sha256 == answer_sha256
 
 
 def repeated_response(streak: int, repeats: int | None) -> tuple[str, dict[str, Any]] | None:

@@ -36,7 +36,7 @@ from app.db import tasks as task_rows
 from app.db.bounds import ledger_text
 from app.db.pool import RELAXED_COMMIT, relaxed
 from app.guard import conversations
-from app.guard.conversation_rules import repeated_response
+from app.guard.conversation_rules import answer_repeats, repeated_response
 from app.guard.detector import Action, CallRecord, Thresholds, Verdict, detect, window_size
 from app.guard.fingerprint import arguments_hash
 from app.guard.normalize import Normalizer, build
@@ -70,7 +70,10 @@ _HISTORY = (
 _COUNT_CALLS = (
     "UPDATE tasks SET tool_calls = tool_calls + $2, updated_at = now() WHERE id = $1 RETURNING tool_calls"
 )
-_TASK_FOR_ANSWER = "SELECT status, loop_guard FROM tasks WHERE id = $1"
+# Locks the task row first, as admission does, before the conversation row: the other order
+# deadlocked with an admission upserting the same conversation (a text action after a text
+# answer; the new conversation row's foreign-key check waits for the task row).
+_TASK_FOR_ANSWER = "SELECT status, loop_guard FROM tasks WHERE id = $1 FOR NO KEY UPDATE"
 _ADD_USAGE = (
     "UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,"
     " cost_usd = cost_usd + $4, reserved_usd = reserved_usd - $5, updated_at = now()"
@@ -210,7 +213,7 @@ async def record_request(conn: asyncpg.Connection, task: Task, guard: GuardReque
 async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: str,
                           summary: ResponseSummary, settings: Settings,
                           settlement: Settlement | None = None, *,
-                          request_id: str | None = None) -> Verdict | None:
+                          request_id: str | None = None, seen_answer_sha256: str | None = None) -> Verdict | None:
     """Record a finished response: usage into the task's token counters and its
     ``settlement`` into its dollar counters (one statement), tool calls into the ledger
     as pending; trip the latch when the tool-call ceiling is passed.
@@ -218,7 +221,8 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
     Returns the detector's verdict when tool calls were recorded, the
     ``repeated_response`` verdict for a text answer, else ``None``.
     Database errors propagate (the caller logs them; the response was already sent).
-    ``request_id`` goes into the ``stopped`` event of a latch.
+    ``request_id`` goes into the ``stopped`` event of a latch; ``seen_answer_sha256`` is the
+    latest answer the request showed the model (:func:`conversation_rules.answer_repeats`).
     """
     usage = summary.usage
     counters = _counters(usage, settlement)
@@ -229,7 +233,7 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
             if summary.text_sha256 is None or not settings.loop_guard_enabled:
                 return None
             return await _record_answer(conn, task_id, conversation_key, summary.text_sha256, settings,
-                                        request_id)
+                                        request_id, answer_repeats(seen_answer_sha256, summary.text_sha256))
         async with conn.transaction():
             await relaxed(conn)  # a latch set below makes this commit durable again
             task = await task_rows.lock_task(conn, task_id=task_id)
@@ -255,16 +259,17 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
 
 
 async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_key: str,
-                         text_sha256: str, settings: Settings, request_id: str | None) -> Verdict | None:
+                         text_sha256: str, settings: Settings, request_id: str | None,
+                         repeat: bool) -> Verdict | None:
     """Extend the conversation's run of identical text answers; latch the task with
     ``repeated_response`` when the run reaches the threshold in force."""
-    async with conn.transaction():  # no task row lock: the upsert and the latch are atomic
+    async with conn.transaction():  # task row, then conversation row (see _TASK_FOR_ANSWER)
         await relaxed(conn)  # a latch set below makes this commit durable again
         task = await conn.fetchrow(_TASK_FOR_ANSWER, task_id)
         if task is None:
             return None
         repeats = _either(LoopGuard.from_json(task["loop_guard"]).response_repeats, settings.response_repeats)
-        streak = await conversations.record_answer(conn, task_id, conversation_key, text_sha256)
+        streak = await conversations.record_answer(conn, task_id, conversation_key, text_sha256, repeat)
         stop = repeated_response(streak, repeats)
         if stop is None:
             return None

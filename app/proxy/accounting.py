@@ -65,6 +65,7 @@ class Accounting:
     guard_enabled: bool
     stream: bool = False
     count_answer: bool = False  # the request continued a conversation (repeated_response)
+    seen_answer_sha256: str | None = None  # the latest answer its history showed the model
     started: float = field(default_factory=time.monotonic)
     price: Price | None = None
     reservation_usd: Decimal = Decimal(0)
@@ -87,7 +88,7 @@ class Accounting:
             usage = summary.usage
             await self._retried(lambda: record_response(
                 self.pool, self.task_id, self.conversation_key, summary, self.settings, settlement,
-                request_id=self.request_id),
+                request_id=self.request_id, seen_answer_sha256=self.seen_answer_sha256),
                 f"the usage ({usage.input_tokens if usage else 0} input, "
                 f"{usage.output_tokens if usage else 0} output tokens), cost and "
                 f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")

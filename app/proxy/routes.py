@@ -45,7 +45,7 @@ from app.guard.detector import Action
 from app.guard.fingerprint import conversation_key
 from app.guard.ledger import GuardRequest
 from app.guard.text_actions import extract, guard_calls, seed_without_scratchpad
-from app.guard.text_turns import tail
+from app.guard.text_turns import latest_answer_sha256, tail
 from app.guard.repeated_output import OutputMonitor
 from app.guard.result_prints import config_for, fingerprints_off_loop
 from app.proxy import endpoints
@@ -178,7 +178,7 @@ async def proxy_post(request: Request) -> Response:
             payload["model"] = route.upstream_model
     stream_requested = payload.get("stream") is True
     upstream_request = _upstream_request(request, "POST", body, provider)
-    conv_key, model, guard, continued = "", None, None, False
+    conv_key, model, guard, continued, seen_answer = "", None, None, False, None
     if endpoint.kind == endpoints.INFERENCE:
         try:
             view = fmt.parse_request(payload)
@@ -189,10 +189,12 @@ async def proxy_post(request: Request) -> Response:
                                "Request body is nested too deeply. Nothing was forwarded or counted.") from None
         model = view.model
         continued = view.continued
+        turns = tail(payload) if settings.loop_guard_enabled else []
+        seen_answer = latest_answer_sha256(turns)
         if settings.loop_guard_enabled and view.tool_results:
             guard = GuardRequest(conv_key, view.tool_calls, view.tool_results)
         elif settings.loop_guard_enabled and settings.text_actions and not view.tool_calls:
-            calls, results = guard_calls(extract(tail(payload), conv_key))  # the structured path wins
+            calls, results = guard_calls(extract(turns, conv_key))  # the structured path wins
             guard = GuardRequest(conv_key, calls, results) if calls else None
         if guard is not None:  # fingerprinted here, off the event loop when large, not under the row lock
             guard.prints = await fingerprints_off_loop(guard.tool_calls, guard.tool_results,
@@ -224,7 +226,7 @@ async def proxy_post(request: Request) -> Response:
         on_finish=Accounting(pool, settings, task.id, conv_key, guarded, stream=stream_requested,
                              price=price, reservation_usd=reservation, count_answer=continued,
                              metered=endpoint.kind == endpoints.INFERENCE,
-                             request_id=request_id),
+                             seen_answer_sha256=seen_answer, request_id=request_id),
         endpoint=path, model=model,
         monitor=OutputMonitor(_repeated_output(task, settings)) if guarded else None,
     ).track(state.open_requests, task.id).redacting(state.redactor).hiding_usage(add_usage)
