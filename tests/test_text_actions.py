@@ -49,7 +49,7 @@ def test_smolagents_thought_before_the_calls_and_provider_id_kept():
     provider_id = "call_4f0a9c1be2d34a7788c1f0aa"
     text = "I will read the file.\n" + smol_call(provider_id, "read_file", {"path": "a"})
     [a] = actions_of(body(TASK, ("assistant", parts(text)), ("user", parts("Observation:\nx"))))
-    assert a.call_id == provider_id  # completes the structured call the gateway saw in the response
+    assert (a.call_id, a.tool_name) == (provider_id, "read_file")  # the structured call the response carried
 
 
 def test_smolagents_code_agent_call():

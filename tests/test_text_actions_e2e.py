@@ -89,7 +89,7 @@ def smolagents_run(gateway, token: str, agent_class, max_steps: int = 20):
 
 SMOLAGENTS = {
     "tool_calling_structured": (ToolCallingAgent, "tool_call", {}, "read_file"),
-    "tool_calling_text": (ToolCallingAgent, "text_tool", {"convention": "json"}, "text:read_file"),
+    "tool_calling_text": (ToolCallingAgent, "text_tool", {"convention": "json"}, "read_file"),  # uuid ids
     "code_agent": (CodeAgent, "text_tool", {"convention": "code"}, "text:python_interpreter"),
 }
 

@@ -33,12 +33,14 @@ A ReAct scratchpad kept inside the last user turn (no assistant turns: the promp
 :data:`SCRATCHPAD_BLOCKS` complete blocks.
 
 Each triple's ``tool_name`` is ``"text:" + name`` (``text:read_file``, ``text:code``), so
-the ledger and the detector treat it as a tool call of its own. Its ``call_id`` is the
-client's id when that is unique by construction (at least :data:`UNIQUE_ID_CHARS`
-characters: provider-issued ids and UUIDs; so a structured call the gateway saw in the
-response is completed, not counted twice), else a hash of the conversation key, the turn's
-position, the action's ordinal and the action itself: the same history resent yields the
-same ids, so an action is recorded once (the ledger ignores a known id).
+the ledger and the detector treat it as a tool call of its own, and its ``call_id`` a hash
+of the conversation key, the turn's position, the action's ordinal and the action itself:
+the same history resent yields the same ids, so an action is recorded once (the ledger
+ignores a known id). A client call id unique by construction (at least
+:data:`UNIQUE_ID_CHARS` characters: provider-issued ids, UUIDs) is kept with the tool's own
+name instead: it is the structured call the response carried (smolagents replays the
+model's ``tool_calls`` as text), so whichever of the response and the next request reaches
+the ledger first records the same call, once.
 
 Cost: the conventions read at most the last :data:`SCAN_CHARS` characters of the action
 turn (a scratchpad: its one turn, whose blocks are numbered from its start); nothing
@@ -272,8 +274,10 @@ def observation_of(text: str) -> tuple[str, bool | None]:
     return cleaned, True if failed else None
 
 
-def _tool_name(name: str) -> str:
-    name = name.strip()[:MAX_NAME_CHARS]
+def _tool_name(found: Found) -> str:
+    name = found.name.strip()[:MAX_NAME_CHARS]
+    if name and len(found.client_id) >= UNIQUE_ID_CHARS:
+        return name  # the call's own id and name, as the response's structured call has them
     return TOOL_PREFIX + (name or "action")
 
 
@@ -302,7 +306,7 @@ def _actions(convention: str, scope: str, turn: Turn, found: Sequence[Found],
     for ordinal, f in enumerate(found):
         seen = f.observation if f.observation is not None else observation
         text, failed = observation_of(seen) if seen is not None else (None, None)
-        out.append(TextAction(convention, _call_id(scope, turn, ordinal, f), _tool_name(f.name),
+        out.append(TextAction(convention, _call_id(scope, turn, ordinal, f), _tool_name(f),
                               f.arguments, text, failed))
     return out
 
