@@ -16,6 +16,8 @@ logs, stop webhook and traces) subscribe once at start-up (:func:`app.main.creat
   forwarded request.
 - :data:`GATEWAY_ANSWERED` (:class:`GatewayAnswered`): a request the gateway answered
   itself, never forwarded (a refusal, a 4xx, a 503); emitted by the error handler.
+- :data:`COST_SETTLED` (:class:`CostSettled`): a request with a dollar reservation
+  settled from upstream's usage (its reservation and its actual cost).
 
 Emitting is synchronous and cheap (a loop over the subscribers); a subscriber must not
 block. One that raises is logged and skipped: the core's work never fails because an
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Callable, Generic, TypeVar
 
 if TYPE_CHECKING:
@@ -118,9 +121,20 @@ class GatewayAnswered:
     error: GatewayError
 
 
+@dataclass(frozen=True, slots=True)
+class CostSettled:
+    """A request of ``task_id`` reserved ``reservation_usd`` (its worst case) and
+    settled at ``actual_usd`` from upstream's usage (US dollars)."""
+
+    task_id: str
+    reservation_usd: Decimal
+    actual_usd: Decimal
+
+
 LATCH_SET: Channel[LatchSet] = Channel("latch_set")
 EXCHANGE_STARTED: Channel[ExchangeStarted] = Channel("exchange_started")
 EXCHANGE_FINISHED: Channel[ExchangeFinished] = Channel("exchange_finished")
 ADMISSION_DONE: Channel[AdmissionDone] = Channel("admission_done")
 LOOP_WARNED: Channel[LoopWarned] = Channel("loop_warned")
 GATEWAY_ANSWERED: Channel[GatewayAnswered] = Channel("gateway_answered")
+COST_SETTLED: Channel[CostSettled] = Channel("cost_settled")

@@ -56,7 +56,7 @@ _INSERT_COLUMNS = ("id", "token_hash", "request_limit", "max_duration_s", "token
                    "max_stalls", "stream_idle_timeout_s", "stream_first_event_timeout_s", "loop_guard",
                    "metadata", "cost_limit_usd", "allowed_models", "conversation_request_limit",
                    "conversation_tool_call_limit", "conversation_max_duration_s", "upstream_timeout_s",
-                   "cost_wait_s")
+                   "cost_wait_s", "default_max_output_tokens")
 _INSERT = (f"INSERT INTO tasks ({', '.join(_INSERT_COLUMNS)})"
            f" VALUES ({', '.join(f'${i}' for i in range(1, len(_INSERT_COLUMNS) + 1))}) RETURNING *")
 _GET = "SELECT * FROM tasks WHERE id = $1"
@@ -75,7 +75,8 @@ _CLEAR = ("UPDATE tasks SET status = 'active', stop_reason = NULL, stop_detail =
 _PATCHABLE = ("request_limit", "max_duration_s", "token_limit", "tool_call_limit", "max_stalls",
               "stream_idle_timeout_s", "stream_first_event_timeout_s", "loop_guard", "metadata",
               "cost_limit_usd", "allowed_models", "conversation_request_limit", "conversation_tool_call_limit",
-              "conversation_max_duration_s", "upstream_timeout_s", "cost_wait_s")
+              "conversation_max_duration_s", "upstream_timeout_s", "cost_wait_s",
+              "default_max_output_tokens")
 
 
 def _column_value(column: str, value: Any) -> Any:

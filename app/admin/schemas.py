@@ -130,6 +130,10 @@ class TaskLimits(BaseModel):
     cost_limit_usd: finite_number(ge=0, le=1e9) | None = Field(
         None, description="Hard ceiling in US dollars: a request is admitted only if the task's settled cost, "
         "the worst-case cost of its requests in flight and this request's worst-case cost stay within it.")
+    default_max_output_tokens: pg_bigint(ge=1) | None = Field(
+        None, description="With cost_limit_usd: the output maximum taskgate adds to a request that sets none "
+        "(max_completion_tokens, max_output_tokens, max_tokens), so the provider enforces the bound its "
+        "reservation assumes; default the model's default_max_output_tokens (TASKGATE_CONFIG).")
     cost_wait_s: seconds(le=3600) | None = Field(
         None, description="Seconds a request waits for the task's reservations in flight to settle when it "
         "fits under cost_limit_usd only once they do (then 429 cost_reserved); default TASKGATE_COST_WAIT_S.")
@@ -206,6 +210,7 @@ class Task(BaseModel):
     cost_usd: float = Field(0, description="Settled cost of finished requests (US dollars).")
     reserved_usd: float = Field(0, description="Worst-case cost of requests in flight (US dollars).")
     cost_wait_s: float | None = None
+    default_max_output_tokens: int | None = None
     unmetered_responses: int = Field(0, description="Answers upstream reported no usage for: their tokens are "
                                      "unknown (not 0) and not in input_tokens/output_tokens.")
     allowed_models: list[str] | None = None

@@ -91,6 +91,9 @@ class Admitted:
     task: Task
     verdict: Verdict | None = None
     reservation_usd: Decimal = Decimal(0)
+    #: ``(field, tokens)`` taskgate adds to the forwarded body to bound its output
+    #: (:meth:`Charge.added_output_max`), or ``None``.
+    output_max: tuple[str, int] | None = None
 
 
 class _Held(Exception):
@@ -165,13 +168,16 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
             priced = charge_refusal(task, charge)
             if priced is not None:
                 raise priced  # nothing written: not counted, no latch
-        reservation = charge.reservation_usd() if task.cost_limit_usd is not None else Decimal(0)
+        reservation = Decimal(0)
+        if task.active and task.cost_limit_usd is not None:
+            anchor = await conversations.anchor(conn, task.id, conversation_key)
+            reservation = charge.reservation_usd(task, anchor)
         if task.active and ceiling.task_decision(task, reservation) is ceiling.Decision.HOLD:
             raise _Held(task, reservation)  # rolls back: nothing written, the lock released
         refusal, verdict = await _judge(conn, task, settings, guard, conversation_key, reservation, request_id)
         if refusal is None:
             return Admitted(Task.from_row(await conn.fetchrow(_COUNT, task.id, reservation)), verdict,
-                            reservation)
+                            reservation, charge.added_output_max(task))
         log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))
     # the latch and the refusal count are committed; only now refuse
     raise refusal

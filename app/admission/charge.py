@@ -15,7 +15,16 @@ from decimal import Decimal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.admission.cost import input_token_bound, one_hour_cache, output_token_bound, reservation_usd
+from app.admission.anchor import Anchor, History, anchored_tokens, history_of
+from app.admission.cost import (
+    MEDIA_PART_TOKENS,
+    REQUEST_OVERHEAD_TOKENS,
+    input_token_bound,
+    one_hour_cache,
+    output_token_bound,
+    own_output_max,
+    reservation_usd,
+)
 from app.config.routing import Route
 from app.errors import GatewayError
 from app.task import Task
@@ -25,54 +34,94 @@ PRICE_UNKNOWN = "price_unknown"
 OUTPUT_UNBOUNDED = "output_unbounded"
 
 
+#: The field taskgate adds to bound the output of a request that sets none, by path:
+#: each API's own name for the output maximum.
+OUTPUT_MAX_FIELD = {"/v1/chat/completions": "max_completion_tokens", "/v1/completions": "max_tokens",
+                    "/v1/responses": "max_output_tokens", "/v1/messages": "max_tokens"}
+
+
 @dataclass(slots=True)
 class Charge:
     """The pricing side of one request: its ``route`` (``None`` for an operator-added
-    endpoint, which cannot be priced), its JSON ``body`` and ``payload``.
+    endpoint, which cannot be priced), its JSON ``body`` and ``payload``, its ``path``.
 
     The worst-case reservation (:meth:`reservation_usd`) scans the body, so it is
     computed only for tasks with a ``cost_limit_usd``, inside the admission transaction;
-    other tasks pay nothing for it."""
+    other tasks pay nothing for it. Its history (:func:`app.admission.anchor.history_of`)
+    is computed once, the first time it is needed."""
 
     route: Route | None
     body: bytes = b""
     payload: Mapping[str, Any] | None = None
     embeddings: bool = False
     what: str = "this request"
+    path: str = ""
+    _history: History | None | bool = False  # False: not computed yet
 
     @property
     def model(self) -> str | None:
         return None if self.route is None else self.route.requested_model
 
-    def unpriced(self) -> str | None:
+    @property
+    def history(self) -> History | None:
+        """The request's history for the anchored input bound (``None``: not anchorable)."""
+        if self._history is False:
+            self._history = history_of(self.payload or {}) if self.path in OUTPUT_MAX_FIELD else None
+        return self._history  # type: ignore[return-value]
+
+    def unpriced(self, task: Task | None = None) -> str | None:
         """Why the request cannot be reserved (:data:`PRICE_UNKNOWN`,
         :data:`OUTPUT_UNBOUNDED`), or ``None`` when it can."""
         if self.route is None or self.route.price is None:
             return PRICE_UNKNOWN
-        if self._output_bound() is None:
+        if self._output_bound(task) is None:
             return OUTPUT_UNBOUNDED
         return None
 
-    def reservation_usd(self) -> Decimal:
-        """The worst-case cost (:mod:`app.admission.cost`); call only when
-        :meth:`unpriced` is ``None``."""
+    def added_output_max(self, task: Task | None) -> tuple[str, int] | None:
+        """The output maximum taskgate adds to the forwarded request of a task with a
+        dollar ceiling, as ``(field, tokens)``: only when the request sets none of its own,
+        the task's ``default_max_output_tokens``, else the model's
+        ``default_max_output_tokens`` (TASKGATE_CONFIG); ``None``: nothing added."""
+        if task is None or task.cost_limit_usd is None or self.embeddings or self.route is None:
+            return None
+        if own_output_max(self.payload or {}) is not None or self.path not in OUTPUT_MAX_FIELD:
+            return None
+        default = task.default_max_output_tokens or self.route.default_max_output_tokens
+        return None if default is None else (OUTPUT_MAX_FIELD[self.path], default)
+
+    def reservation_usd(self, task: Task | None = None, anchor: Anchor | None = None) -> Decimal:
+        """The worst-case cost (:mod:`app.admission.cost`): the smaller of the byte bound
+        and the ``anchor``'s bound (:mod:`app.admission.anchor`) for the input; call only
+        when :meth:`unpriced` is ``None``."""
         assert self.route is not None and self.route.price is not None
-        output = self._output_bound()
+        output = self._output_bound(task)
         assert output is not None
-        return reservation_usd(self.route.price, input_token_bound(self.body), output,
+        return reservation_usd(self.route.price, self.input_bound(anchor), output,
                                one_hour=one_hour_cache(self.body, self.payload))
 
-    def _output_bound(self) -> int | None:
+    def input_bound(self, anchor: Anchor | None = None) -> int:
+        """Input tokens reserved: the byte bound, or the anchored bound when smaller."""
+        bound = input_token_bound(self.body)
+        history = self.history if anchor is not None else None
+        anchored = None if history is None else anchored_tokens(history, anchor, REQUEST_OVERHEAD_TOKENS,
+                                                                MEDIA_PART_TOKENS)
+        return bound if anchored is None else min(bound, anchored)
+
+    def _output_bound(self, task: Task | None) -> int | None:
         assert self.route is not None
-        return output_token_bound(self.payload or {}, self.route.max_output_tokens, embeddings=self.embeddings)
+        added = self.added_output_max(task)
+        return output_token_bound(self.payload or {}, self.route.max_output_tokens, embeddings=self.embeddings,
+                                  default_max=None if added is None else added[1])
 
 
 def charge_for(route: Route | None, body: bytes, payload: Mapping[str, Any], *,
-               embeddings: bool = False, what: str = "") -> Charge:
-    """The charge of a request routed by ``route`` whose JSON body is ``body``/``payload``."""
+               embeddings: bool = False, what: str = "", path: str = "") -> Charge:
+    """The charge of a request to ``path`` routed by ``route`` whose JSON body is
+    ``body``/``payload``."""
     if route is not None:
         what = f"model '{route.requested_model}' (provider {route.provider_name})"
-    return Charge(route, body, payload, embeddings, what or "this request")
+    return Charge(route, body, payload, embeddings, what or "this request", path)
 
 
 def model_allowed(allowed: Sequence[str] | None, model: str | None) -> bool:
@@ -92,11 +141,12 @@ def charge_refusal(task: Task, charge: Charge) -> GatewayError | None:
         return GatewayError(403, "invalid_request_error", "model_not_allowed",
                             f"Task '{task.id}' may not use model '{charge.model}' (allowed_models: "
                             f"{allowed}). Nothing was forwarded or counted.", {"x-should-retry": "false"})
-    unpriced = charge.unpriced() if task.cost_limit_usd is not None else None
+    unpriced = charge.unpriced(task) if task.cost_limit_usd is not None else None
     if unpriced is not None:
         if unpriced == OUTPUT_UNBOUNDED:
-            fix = ("set max_tokens (max_completion_tokens, max_output_tokens) in the request, or "
-                   "max_output_tokens for the model in TASKGATE_CONFIG")
+            fix = ("set max_tokens (max_completion_tokens, max_output_tokens) in the request, "
+                   "default_max_output_tokens for the task, or max_output_tokens or "
+                   "default_max_output_tokens for the model in TASKGATE_CONFIG")
         else:
             fix = "add a price for it (models[].price in TASKGATE_CONFIG)"
         return GatewayError(403, "invalid_request_error", "price_unknown",

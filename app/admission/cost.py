@@ -60,19 +60,29 @@ def input_token_bound(body: bytes) -> int:
     return len(body) + REQUEST_OVERHEAD_TOKENS + MEDIA_PART_TOKENS * media
 
 
-def output_token_bound(payload: Mapping[str, Any], model_max_output_tokens: int | None,
-                       *, embeddings: bool = False) -> int | None:
-    """An upper bound of the output tokens: the request's own maximum × ``n``, else the
-    model's maximum, else ``None`` (unbounded). ``0`` for embeddings."""
-    if embeddings:
-        return 0
+def own_output_max(payload: Mapping[str, Any]) -> int | None:
+    """The request's own output maximum (the first of :data:`OUTPUT_FIELDS` it sets), or ``None``."""
     for name in OUTPUT_FIELDS:
         value = payload.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            n = payload.get("n")
-            choices = n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
-            return value * choices
-    return model_max_output_tokens
+            return value
+    return None
+
+
+def output_token_bound(payload: Mapping[str, Any], model_max_output_tokens: int | None,
+                       *, embeddings: bool = False, default_max: int | None = None) -> int | None:
+    """An upper bound of the output tokens: the request's own maximum, else the
+    ``default_max`` taskgate adds to it, else the model's maximum, times ``n`` (chat
+    choices); ``None`` when there is none (unbounded). ``0`` for embeddings."""
+    if embeddings:
+        return 0
+    per_choice = own_output_max(payload)
+    if per_choice is None:
+        per_choice = default_max if default_max is not None else model_max_output_tokens
+    if per_choice is None:
+        return None
+    n = payload.get("n")
+    return per_choice * (n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1)
 
 
 def one_hour_cache(body: bytes, payload: Any) -> bool:

@@ -33,6 +33,7 @@ class Route:
     upstream_model: str
     price: Price | None
     max_output_tokens: int | None
+    default_max_output_tokens: int | None = None
 
     @property
     def is_alias(self) -> bool:
@@ -69,7 +70,8 @@ def resolve(config: GatewayConfig, model: str, kind: ProviderKind) -> Route:
             upstream_model = entry.upstream_model or model
             return Route(entry.provider, provider, model, upstream_model,
                          entry.price or default_price(upstream_model),
-                         entry.max_output_tokens or default_max_output_tokens(upstream_model))
+                         entry.max_output_tokens or default_max_output_tokens(upstream_model),
+                         entry.default_max_output_tokens)
     if matching:
         names = ", ".join(sorted({e.provider for e in matching}))
         raise WrongFormat(f"Model '{model}' is served by provider {names}, which does not speak the "

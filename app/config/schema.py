@@ -91,7 +91,9 @@ class Provider(_Strict):
 class ModelRoute(_Strict):
     """One ``models`` entry: requests whose ``model`` matches ``name`` (exactly, or as a
     glob such as ``claude-*``) go to ``provider``. ``upstream_model`` makes ``name`` an
-    alias: only the forwarded body's ``model`` field is rewritten. ``max_output_tokens``
+    alias: only the forwarded body's ``model`` field is rewritten. ``default_max_output_tokens``
+    is the output maximum taskgate adds to a request of a task with a dollar ceiling that
+    sets none (so the provider enforces the bound the reservation assumes). ``max_output_tokens``
     bounds a request that sets no maximum of its own (for the cost reservation).
     ``price`` overrides the built-in price table."""
 
@@ -99,6 +101,7 @@ class ModelRoute(_Strict):
     provider: str
     upstream_model: str | None = Field(default=None, min_length=1, max_length=256)
     max_output_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
+    default_max_output_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
     price: Price | None = None
 
     @property

@@ -7,6 +7,7 @@ lines and the stop webhook. :func:`subscribe` is called once by
 - admission done: ``taskgate_admission_duration_seconds``;
 - loop warned: ``taskgate_loop_warnings_total``;
 - gateway answered: the refusal and error counters;
+- cost settled: ``taskgate_reservation_ratio`` (reservation / actual cost);
 - latch set: ``taskgate_task_stops_total`` and the stop webhook (delivered only once
   the stop is committed, see :mod:`app.console.webhook`).
 """
@@ -53,6 +54,11 @@ def gateway_answered(event: events.GatewayAnswered) -> None:
     metrics.observe_gateway_error(event.path, event.error)
 
 
+def cost_settled(event: events.CostSettled) -> None:
+    if event.actual_usd > 0:
+        metrics.RESERVATION_RATIO.observe(float(event.reservation_usd / event.actual_usd))
+
+
 def latch_set(event: events.LatchSet) -> None:
     """Count the stop; hand it to the webhook (delivered once the commit is visible)."""
     metrics.TASK_STOPS.labels(metrics.reason_label(event.reason)).inc()
@@ -67,3 +73,4 @@ def subscribe() -> None:
     events.LOOP_WARNED.subscribe(loop_warned)
     events.GATEWAY_ANSWERED.subscribe(gateway_answered)
     events.LATCH_SET.subscribe(latch_set)
+    events.COST_SETTLED.subscribe(cost_settled)

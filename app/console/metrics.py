@@ -60,6 +60,10 @@ REFUSALS = Counter("taskgate_refusals", "Requests refused with 403 task_stopped,
                    ["reason"])
 TASK_STOPS = Counter("taskgate_task_stops", "Stop latches set, by stop reason.", ["reason"])
 LOOP_WARNINGS = Counter("taskgate_loop_warnings", "Loop-guard warnings added to forwarded requests.")
+RESERVATION_RATIO = Histogram("taskgate_reservation_ratio",
+                              "Per settled request of a task with a dollar ceiling: its worst-case "
+                              "reservation divided by its actual cost (the headroom the bound costs).",
+                              buckets=(1, 1.5, 2, 3, 5, 10, 20, 50, 100, 1000))
 ADMISSION_SECONDS = Histogram("taskgate_admission_duration_seconds",
                               "Time admission took (database round trips included), seconds.",
                               buckets=_LATENCY_BUCKETS_S)

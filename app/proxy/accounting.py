@@ -20,6 +20,8 @@ from typing import Awaitable, Callable
 import asyncpg
 
 from app import events
+from app.admission.anchor import anchor_after
+from app.admission.charge import Charge
 from app.admission.cost import settle
 from app.admission.holds import holds
 from app.config.schema import Price
@@ -27,6 +29,7 @@ from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
 from app.db.pool import RELAXED_COMMIT, relaxed
 from app.db.retry import backlog
+from app.guard import conversations
 from app.guard.ledger import record_response
 from app.proxy.outcome import Outcome
 from app.settings import Settings
@@ -71,6 +74,7 @@ class Accounting:
     reservation_usd: Decimal = Decimal(0)
     request_id: str | None = None  # into the events recorded
     metered: bool = False  # an inference POST: upstream should report its usage
+    charge: Charge | None = None  # a request with a reservation: its history anchors the next one
 
     def __post_init__(self) -> None:
         events.EXCHANGE_STARTED.emit(events.ExchangeStarted(self.task_id, self.stream))
@@ -94,6 +98,13 @@ class Accounting:
                 f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")
             if self.reservation_usd:
                 holds.settled(self.task_id)  # requests of the task waiting here decide again now
+            if self.reservation_usd and usage is not None and settlement is not None:
+                events.COST_SETTLED.emit(events.CostSettled(self.task_id, self.reservation_usd, settlement.cost_usd))
+            history = self.charge.history if self.charge is not None and usage is not None else None
+            if history is not None and history.items and usage is not None and usage.input_tokens > 0:
+                anchor = anchor_after(history, usage.input_tokens)
+                await self._retried(lambda: self._set_anchor(anchor),
+                                    f"the input-token anchor of a conversation of task {self.task_id}")
         if self.metered and unmetered(outcome):
             await self._retried(lambda: self._execute(_COUNT_UNMETERED),
                                 f"the unmetered response of task {self.task_id}")
@@ -116,6 +127,10 @@ class Accounting:
             if not database_unreachable(exc):
                 raise
             backlog.submit(write, what, self.settings.accounting_retry_s, exc)
+
+    async def _set_anchor(self, anchor: object) -> None:
+        async with self.pool.acquire() as conn:
+            await conversations.set_anchor(conn, self.task_id, self.conversation_key, anchor)  # type: ignore[arg-type]
 
     async def _execute(self, statement: str) -> None:
         async with self.pool.acquire() as conn:

@@ -201,10 +201,11 @@ async def proxy_post(request: Request) -> Response:
                                                        config_for(await authenticate(pool, hashed), settings))
     elif isinstance(payload.get("model"), str):
         model = payload["model"]
-    reservation, price, add_usage = Decimal(0), None, False  # free endpoints cost nothing
+    reservation, price, add_usage, charge = Decimal(0), None, False, None  # free endpoints cost nothing
     request_id = REQUEST_ID.get()
     if endpoint.kind != endpoints.FREE:
-        charge = charge_for(route, body, payload, embeddings=path == "/v1/embeddings", what=f"POST {path}")
+        charge = charge_for(route, body, payload, embeddings=path == "/v1/embeddings", what=f"POST {path}",
+                            path=path)
         admitted = await admit(pool, hashed, settings, guard, charge, conv_key, request_id)
         task = admitted.task
         reservation, price = admitted.reservation_usd, route.price if route else None
@@ -215,7 +216,9 @@ async def proxy_post(request: Request) -> Response:
             events.LOOP_WARNED.emit(events.LoopWarned(task.id, tool, verdict.count))
             notice = LOOP_NOTICE.format(tool=tool, count=verdict.count)
         add_usage = needs_usage(fmt, path, payload, task, settings.stream_usage)
-        if notice is not None or add_usage:
+        if admitted.output_max is not None:  # the bound the reservation assumed, enforced upstream
+            payload = {**payload, admitted.output_max[0]: admitted.output_max[1]}
+        if notice is not None or add_usage or admitted.output_max is not None:
             upstream_request, add_usage = _rewritten(request, upstream_request, fmt, payload, notice, add_usage)
     guarded = settings.loop_guard_enabled and endpoint.kind == endpoints.INFERENCE
     return RelayResponse(
@@ -226,6 +229,7 @@ async def proxy_post(request: Request) -> Response:
         on_finish=Accounting(pool, settings, task.id, conv_key, guarded, stream=stream_requested,
                              price=price, reservation_usd=reservation, count_answer=continued,
                              metered=endpoint.kind == endpoints.INFERENCE,
+                             charge=charge if reservation else None,
                              seen_answer_sha256=seen_answer, request_id=request_id),
         endpoint=path, model=model,
         monitor=OutputMonitor(_repeated_output(task, settings)) if guarded else None,
@@ -241,7 +245,8 @@ def _repeated_output(task: Task, settings: Any) -> bool:
 
 def _rewritten(request: Request, upstream_request: httpx.Request, fmt: WireFormat, payload: dict[str, Any],
                notice: str | None, add_usage: bool) -> tuple[httpx.Request, bool]:
-    """``upstream_request`` with the loop warning ``notice`` added to its body and/or
+    """``upstream_request`` with the body ``payload`` (which may carry the output maximum
+    the dollar ceiling adds), the loop warning ``notice`` added to it and/or
     ``stream_options.include_usage`` set (:mod:`app.proxy.usage_chunk`), and whether usage
     was added. Unchanged (and logged) if the body cannot take it: the request is admitted
     and must go out."""
