@@ -88,12 +88,21 @@ class ExchangeStarted:
 @dataclass(frozen=True, slots=True)
 class ExchangeFinished:
     """How the exchange of ``task_id`` ended. ``started`` is ``time.monotonic()`` when
-    it was admitted; ``stream`` whether the client asked for a stream."""
+    it was admitted; ``stream`` whether the client asked for a stream. ``endpoint`` is
+    the path (``/v1/chat/completions``), ``model`` the model the client asked for (the
+    configured name, before any alias), ``provider`` the configured provider's name,
+    ``request_id`` the gateway's request id, ``cost_usd`` what the response costs in US
+    dollars (``None``: not priced)."""
 
     task_id: str
     outcome: Outcome
     started: float
     stream: bool
+    endpoint: str = ""
+    model: str | None = None
+    provider: str | None = None
+    request_id: str | None = None
+    cost_usd: Decimal | None = None
 
 
 @dataclass(frozen=True, slots=True)

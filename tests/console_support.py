@@ -19,4 +19,7 @@ def scrape(base_url: str, token: str | None = None) -> dict[tuple[str, frozenset
 
 
 def sample(samples: dict, name: str, **labels: str) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
+    """The sum of the ``name`` samples whose labels include ``labels`` (a label not named
+    is summed over)."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)

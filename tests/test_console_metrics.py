@@ -74,6 +74,51 @@ def test_invalid_and_tool_calls_and_stream_cut(gateway, admin):
     assert sample(after, "taskgate_open_streams") == 0
 
 
+def test_dollars_model_and_provider_labels_and_no_created_series(gateway, admin):
+    """``taskgate_cost_usd_total`` carries what the task was charged; requests and tokens
+    are labelled with a bounded model (the price table's family, else ``other``) and the
+    configured provider; refusals have ``none``; no ``*_created`` series."""
+    task, token = admin.create_task()
+    client = _client(gateway, token)
+    before = scrape(gateway.url)
+    reply = client.chat.completions.create(model="gpt-4o-mini-2024-07-18", messages=USER)
+    client.chat.completions.create(model="mock-model", messages=USER)
+    r = httpx.post(gateway.url + CHAT, content=b"{not json", timeout=10, headers={"authorization": f"Bearer {token}"})
+    assert r.status_code == 400
+    text = httpx.get(gateway.url + "/metrics").text
+    after = scrape(gateway.url)
+    delta = lambda name, **l: sample(after, name, **l) - sample(before, name, **l)  # noqa: E731
+    family = {"model": "gpt-4o-mini", "provider": "openai"}
+    assert delta("taskgate_requests_total", endpoint=CHAT, outcome="forwarded", **family) == 1
+    assert delta("taskgate_requests_total", endpoint=CHAT, outcome="forwarded", model="other",
+                 provider="openai") == 1
+    assert delta("taskgate_requests_total", endpoint=CHAT, outcome="invalid", model="none", provider="none") == 1
+    assert delta("taskgate_tokens_total", direction="input", **family) == reply.usage.prompt_tokens
+    cost = admin.task(task)["cost_usd"]
+    assert cost > 0 and delta("taskgate_cost_usd_total", **family) == pytest.approx(cost, rel=1e-6)
+    assert delta("taskgate_cost_usd_total", model="other") == 0  # mock-model has no price
+    assert "_created" not in text, [line for line in text.splitlines() if "_created" in line][:3]
+
+
+def test_model_labels_are_bounded():
+    from app.config import environment_config, GatewayConfig
+
+    metrics.configure(GatewayConfig.model_validate({
+        "providers": {"local": {"kind": "openai", "base_url": "http://x/v1"},
+                      "anthropic": {"kind": "anthropic", "base_url": "http://y"}},
+        "models": [{"name": "coder", "provider": "local"}, {"name": "claude-*", "provider": "anthropic"},
+                   {"name": "*", "provider": "local"}]}))
+    try:
+        assert metrics.model_label("coder") == "coder"
+        assert metrics.model_label("gpt-4.1-mini-2025-04-14") == "gpt-4.1-mini"
+        assert metrics.model_label("claude-unreleased-9") == "claude-*"
+        assert metrics.model_label("x" * 300) == "other"
+        assert metrics.model_label(None) == "none"
+        assert metrics.provider_label("local") == "local" and metrics.provider_label("nope") == "other"
+    finally:
+        metrics.configure(environment_config("http://a/v1", None, "http://b", None))
+
+
 def test_labels_stay_bounded():
     assert metrics.reason_label("my-own-reason-123") == "other"
     assert metrics.reason_label("repeated_tool_call") == "repeated_tool_call"

@@ -44,7 +44,7 @@ from typing import Any
 
 import asyncpg
 
-from app.admission import ceiling
+from app.admission import ceiling, in_flight
 from app.admission.charge import Charge, charge_refusal
 from app import events
 from app.admission.holds import holds
@@ -76,6 +76,7 @@ FAST_ADMIT = """
        AND conversation_request_limit IS NULL AND conversation_max_duration_s IS NULL
     RETURNING *
 """
+_READ_TASK = "SELECT * FROM tasks WHERE id = $1"
 _COUNT = (
     "UPDATE tasks SET admitted_requests = admitted_requests + 1, reserved_usd = reserved_usd + $2,"
     " first_admitted_at = COALESCE(first_admitted_at, now()), updated_at = now()"
@@ -179,7 +180,15 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
             return Admitted(Task.from_row(await conn.fetchrow(_COUNT, task.id, reservation)), verdict,
                             reservation, charge.added_output_max(task))
         log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))
-    # the latch and the refusal count are committed; only now refuse
+    # the latch and the refusal count are committed; only now refuse. A stop set just now
+    # quotes the counters as they are once this judgement (which may have counted the
+    # request's tool calls) and the responses this process is still recording (usually
+    # the one whose tool call led here) are in; later refusals read a settled row anyway.
+    if task.active and refusal.type == "task_stopped":
+        await in_flight.drained(task.id)
+        row = await conn.fetchrow(_READ_TASK, task.id)
+        if row is not None and row["status"] == "stopped":
+            refusal = stop_refusal(Task.from_row(row))
     raise refusal
 
 

@@ -24,6 +24,7 @@ def install(app: FastAPI) -> None:
         app.router.routes.append(Route("/favicon.ico", _favicon, methods=["GET"], include_in_schema=False))
         app.mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui")
     install_docs(app)
+    metrics.configure(app.state.gateway_config)
     listeners.subscribe()
 
 

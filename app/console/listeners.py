@@ -33,7 +33,8 @@ def exchange_started(event: events.ExchangeStarted) -> None:
 def exchange_finished(event: events.ExchangeFinished) -> None:
     """Metrics for one relayed exchange; a log line when upstream stalled or failed."""
     outcome = event.outcome
-    metrics.observe_outcome(outcome, event.started, event.stream)
+    metrics.observe_outcome(outcome, event.started, event.stream, event.endpoint, event.model,
+                            event.provider, event.cost_usd)
     if outcome.kind in _FAILURES:
         detail = outcome.detail
         logger.warning("task %s: %s on %s (%s, status %s)", event.task_id, outcome.kind,

@@ -3,7 +3,12 @@
 Counters and histograms are fed from the core's events only (:mod:`app.events`, via
 :mod:`app.console.listeners`): chiefly the outcome of every relayed exchange
 (:func:`observe_outcome`) and the gateway's own answers (:func:`observe_gateway_error`). Labels have bounded cardinality: endpoints, reasons and codes outside the
-known sets are reported as ``other``; no task id.
+known sets are reported as ``other``; no task id. ``model`` is the name the client asked
+for when the providers file names it exactly, else its family in the built-in price table
+(``gpt-4o-mini`` for ``gpt-4o-mini-2024-07-18``), else the file's glob entry it matched
+(``claude-*``), else ``other`` (:func:`model_label`); ``provider`` is the configured
+provider's name. Requests the gateway answered itself have ``model`` and ``provider``
+``none``. No ``*_created`` series (:func:`prometheus_client.disable_created_metrics`).
 
 With ``taskgate serve --workers N`` the command sets ``PROMETHEUS_MULTIPROC_DIR``
 before any worker imports this module, so every worker writes its samples there and
@@ -12,10 +17,12 @@ before any worker imports this module, so every worker writes its samples there 
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import os
 import secrets
 import time
+from decimal import Decimal
 from typing import Any
 
 from prometheus_client import (
@@ -25,13 +32,18 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    disable_created_metrics,
     generate_latest,
     multiprocess,
 )
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.config import GatewayConfig
+from app.config.prices import price_table
 from app.errors import GatewayError
+
+disable_created_metrics()  # a *_created series beside every counter says nothing useful here
 
 #: Label values of ``endpoint``; anything else is ``other``.
 ENDPOINTS = frozenset({
@@ -42,7 +54,9 @@ ENDPOINTS = frozenset({
 #: stop reason code) is ``other``.
 REASONS = frozenset({
     "request_limit", "token_limit", "max_duration", "repeated_stalls", "manual",
-    "repeated_tool_call", "tool_call_cycle", "repeated_tool_failure", "tool_call_limit",
+    "repeated_tool_call", "tool_call_cycle", "repeated_tool_failure", "tool_call_limit", "cost_limit",
+    "repeated_empty_result", "repeated_response", "repeated_output", "conversation_request_limit",
+    "conversation_tool_call_limit", "conversation_max_duration",
 })
 #: Label values of ``code`` of a stream cut.
 CUT_CODES = frozenset({"stream_first_event_timeout", "stream_idle_timeout", "stream_truncated",
@@ -54,8 +68,9 @@ _OUTCOMES = {"completed": "forwarded", "disconnected": "forwarded", "stalled": "
 _LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 _UPSTREAM_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
-REQUESTS = Counter("taskgate_requests", "Proxied POSTs by endpoint and outcome (forwarded, refused, "
-                   "invalid, unavailable, upstream_error).", ["endpoint", "outcome"])
+REQUESTS = Counter("taskgate_requests", "Proxied POSTs by endpoint, outcome (forwarded, refused, "
+                   "invalid, unavailable, upstream_error), model and provider.",
+                   ["endpoint", "outcome", "model", "provider"])
 REFUSALS = Counter("taskgate_refusals", "Requests refused with 403 task_stopped, by stop reason.",
                    ["reason"])
 TASK_STOPS = Counter("taskgate_task_stops", "Stop latches set, by stop reason.", ["reason"])
@@ -77,8 +92,11 @@ STREAM_CUTS = Counter("taskgate_stream_cuts", "Streams taskgate ended with a ter
                       "code (stalls and truncations).", ["code"])
 OPEN_STREAMS = Gauge("taskgate_open_streams", "Streamed exchanges being relayed now.",
                      multiprocess_mode="livesum")
-TOKENS = Counter("taskgate_tokens", "Tokens upstream reported, by direction (input, output).",
-                 ["direction"])
+TOKENS = Counter("taskgate_tokens", "Tokens upstream reported, by direction (input, output), model "
+                 "and provider.", ["direction", "model", "provider"])
+COST = Counter("taskgate_cost_usd", "US dollars the relayed responses cost (settled: from usage at the "
+               "model's price, or the whole reservation when a task with a ceiling got no usage), by "
+               "model and provider.", ["model", "provider"])
 TOOL_CALLS = Counter("taskgate_tool_calls", "Tool calls seen in relayed responses.")
 WEBHOOK_DELIVERIES = Counter("taskgate_webhook_deliveries", "Stop webhook deliveries by result "
                              "(delivered, failed).", ["result"])
@@ -91,6 +109,45 @@ def child(metric: Any, *labels: str) -> Any:
     return metric.labels(*labels)
 
 
+_models: dict[str, str] = {}  # exact configured names -> themselves
+_globs: tuple[str, ...] = ()  # the providers file's glob entries, "*" excepted
+_providers: frozenset[str] = frozenset()
+NONE = "none"
+
+
+def configure(config: GatewayConfig) -> None:
+    """Take the label values ``model`` and ``provider`` may have from the configuration."""
+    global _globs, _providers
+    names = [m.name for m in config.models]
+    _models.clear()
+    _models.update({n: n for n in names if not any(ch in n for ch in "*?[")})
+    _globs = tuple(n for n in names if n != "*" and n not in _models)
+    _providers = frozenset(config.providers)
+    model_label.cache_clear()
+
+
+@functools.lru_cache(maxsize=4096)
+def model_label(model: str | None) -> str:
+    """The bounded ``model`` label of a requested model (see the module docstring)."""
+    if not model:
+        return NONE
+    if model in _models:
+        return model
+    for entry in price_table()["models"]:
+        if fnmatch.fnmatchcase(model, entry["match"]):
+            return entry["match"].rstrip("*").rstrip("-") or "other"
+    for glob in _globs:
+        if fnmatch.fnmatchcase(model, glob):
+            return glob
+    return "other"
+
+
+def provider_label(provider: str | None) -> str:
+    if not provider:
+        return NONE
+    return provider if provider in _providers else "other"
+
+
 def endpoint_label(path: str) -> str:
     return path if path in ENDPOINTS else "other"
 
@@ -99,15 +156,21 @@ def reason_label(reason: str | None) -> str:
     return reason if reason in REASONS else "other"
 
 
-def observe_outcome(outcome: Any, started: float, stream: bool) -> None:
+def observe_outcome(outcome: Any, started: float, stream: bool, endpoint_path: str = "",
+                    model: str | None = None, provider: str | None = None,
+                    cost_usd: Decimal | None = None) -> None:
     """Count one relayed exchange from its :class:`app.proxy.outcome.Outcome`.
 
     ``started`` is ``time.monotonic()`` when it was admitted; ``stream`` whether it
-    was counted in ``taskgate_open_streams``."""
+    was counted in ``taskgate_open_streams``; ``model``, ``provider`` and ``cost_usd``
+    (US dollars, ``None``: not priced) as :class:`app.events.ExchangeFinished` has them."""
     elapsed = time.monotonic() - started
     detail = outcome.detail
-    endpoint = endpoint_label(detail.get("endpoint") or "")
-    child(REQUESTS, endpoint, _OUTCOMES.get(outcome.kind, "upstream_error")).inc()
+    endpoint = endpoint_label(endpoint_path or detail.get("endpoint") or "")
+    m, p = model_label(model), provider_label(provider)
+    child(REQUESTS, endpoint, _OUTCOMES.get(outcome.kind, "upstream_error"), m, p).inc()
+    if cost_usd:
+        child(COST, m, p).inc(float(cost_usd))
     child(UPSTREAM_SECONDS, endpoint).observe(elapsed)
     since_first = detail.get("seconds_since_first_content")
     if since_first is not None:
@@ -117,8 +180,8 @@ def observe_outcome(outcome: Any, started: float, stream: bool) -> None:
         child(STREAM_CUTS, code if code in CUT_CODES else "other").inc()
     summary = outcome.summary
     if summary.usage is not None:
-        child(TOKENS, "input").inc(summary.usage.input_tokens)
-        child(TOKENS, "output").inc(summary.usage.output_tokens)
+        child(TOKENS, "input", m, p).inc(summary.usage.input_tokens)
+        child(TOKENS, "output", m, p).inc(summary.usage.output_tokens)
     if summary.tool_calls:
         TOOL_CALLS.inc(len(summary.tool_calls))
     if stream:
@@ -136,7 +199,7 @@ def observe_gateway_error(path: str, err: GatewayError) -> None:
         outcome = "upstream_error"
     else:
         outcome = "invalid"
-    child(REQUESTS, endpoint_label(path), outcome).inc()
+    child(REQUESTS, endpoint_label(path), outcome, NONE, NONE).inc()
 
 
 def latest() -> bytes:

@@ -20,6 +20,7 @@ from typing import Awaitable, Callable
 import asyncpg
 
 from app import events
+from app.admission import in_flight
 from app.admission.anchor import anchor_after
 from app.admission.charge import Charge
 from app.admission.cost import settle
@@ -75,18 +76,30 @@ class Accounting:
     request_id: str | None = None  # into the events recorded
     metered: bool = False  # an inference POST: upstream should report its usage
     charge: Charge | None = None  # a request with a reservation: its history anchors the next one
+    endpoint: str = ""  # what the exchange-finished event reports
+    model: str | None = None
+    provider: str | None = None
 
     def __post_init__(self) -> None:
         events.EXCHANGE_STARTED.emit(events.ExchangeStarted(self.task_id, self.stream))
+        in_flight.opened(self.task_id)  # a refusal of this task waits for this record
 
     async def __call__(self, outcome: Outcome) -> None:
-        events.EXCHANGE_FINISHED.emit(events.ExchangeFinished(self.task_id, outcome, self.started, self.stream))
+        try:
+            await self._account(outcome)
+        finally:
+            in_flight.closed(self.task_id)
+
+    async def _account(self, outcome: Outcome) -> None:
         summary = outcome.summary
+        settlement = settle(self.price, summary.usage, self.reservation_usd)
+        events.EXCHANGE_FINISHED.emit(events.ExchangeFinished(
+            self.task_id, outcome, self.started, self.stream, self.endpoint, self.model, self.provider,
+            self.request_id, settlement.cost_usd if settlement is not None else None))
         if not self.guard_enabled:
             summary.tool_calls = []
         if not (self.guard_enabled and self.count_answer):
             summary.text_sha256 = None
-        settlement = settle(self.price, summary.usage, self.reservation_usd)
         if summary.tool_calls or summary.usage is not None or settlement is not None \
                 or summary.text_sha256 is not None:
             usage = summary.usage

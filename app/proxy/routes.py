@@ -230,7 +230,10 @@ async def proxy_post(request: Request) -> Response:
                              price=price, reservation_usd=reservation, count_answer=continued,
                              metered=endpoint.kind == endpoints.INFERENCE,
                              charge=charge if reservation else None,
-                             seen_answer_sha256=seen_answer, request_id=request_id),
+                             seen_answer_sha256=seen_answer, request_id=request_id,
+                             endpoint=path,
+                             model=route.requested_model if route is not None else model,
+                             provider=route.provider_name if route is not None else None),
         endpoint=path, model=model,
         monitor=OutputMonitor(_repeated_output(task, settings)) if guarded else None,
     ).track(state.open_requests, task.id).redacting(state.redactor).hiding_usage(add_usage)
