@@ -97,6 +97,12 @@ class Admitted:
     output_max: tuple[str, int] | None = None
 
 
+class _NeedsHistory(Exception):
+    """The conversation has an anchor and the request's history is not hashed yet: the
+    transaction rolls back, the history is hashed without the row lock, admission runs
+    again (once per request)."""
+
+
 class _Held(Exception):
     """The dollar ceiling holds the request (:data:`ceiling.Decision.HOLD`); raised in
     the admission transaction, which rolls back."""
@@ -128,6 +134,9 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
     while True:
         try:
             return await _attempt(pool, token_hash, settings, guard, charge, conversation_key, request_id)
+        except _NeedsHistory:
+            assert charge is not None  # hashed off the row lock and the event loop, then decided again
+            await asyncio.to_thread(lambda: charge.history)
         except _Held as held:
             wait_s = ceiling.wait_for(held.task, settings.cost_wait_s)
             deadline = started + wait_s if deadline is None else deadline
@@ -172,6 +181,8 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
         reservation = Decimal(0)
         if task.active and task.cost_limit_usd is not None:
             anchor = await conversations.anchor(conn, task.id, conversation_key)
+            if anchor is not None and not charge.history_known:
+                raise _NeedsHistory()  # rolls back: nothing written yet
             reservation = charge.reservation_usd(task, anchor)
         if task.active and ceiling.task_decision(task, reservation) is ceiling.Decision.HOLD:
             raise _Held(task, reservation)  # rolls back: nothing written, the lock released

@@ -63,6 +63,11 @@ class Charge:
         return None if self.route is None else self.route.requested_model
 
     @property
+    def history_known(self) -> bool:
+        """Whether :attr:`history` was computed already (it costs a pass over the body)."""
+        return self._history is not False
+
+    @property
     def history(self) -> History | None:
         """The request's history for the anchored input bound (``None``: not anchorable)."""
         if self._history is False:

@@ -12,6 +12,7 @@ refunded.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -113,7 +114,10 @@ class Accounting:
                 holds.settled(self.task_id)  # requests of the task waiting here decide again now
             if self.reservation_usd and usage is not None and settlement is not None:
                 events.COST_SETTLED.emit(events.CostSettled(self.task_id, self.reservation_usd, settlement.cost_usd))
-            history = self.charge.history if self.charge is not None and usage is not None else None
+            history = None
+            if self.charge is not None and usage is not None and usage.input_tokens > 0:
+                charge = self.charge  # hashed off the event loop unless admission did already
+                history = charge.history if charge.history_known else await asyncio.to_thread(lambda: charge.history)
             if history is not None and history.items and usage is not None and usage.input_tokens > 0:
                 anchor = anchor_after(history, usage.input_tokens)
                 await self._retried(lambda: self._set_anchor(anchor),
