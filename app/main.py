@@ -20,6 +20,7 @@ from typing import AsyncIterator
 from fastapi import FastAPI
 
 from app import handlers
+from app.admin.maintenance import router as maintenance_router
 from app.admin.routes import router as admin_router
 from app.config import gateway_config
 from app.console import admin_token
@@ -27,6 +28,7 @@ from app.console import install as console
 from app.console.logs import configure as configure_logging
 from app.db import embedded, migrate, supervisor
 from app.db.pool import create_pool
+from app import jobs
 from app.db.retry import backlog
 from app.fault_log import faults
 from app.proxy.auth import KnownTokens
@@ -78,12 +80,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.open_requests = OpenRequests()
         stop_watch = StopWatcher(app.state.db, app.state.open_requests, settings,
                                  settings.listen_database_url or database_url).start()
+        maintenance = jobs.start(app.state.db, settings)
         await console.started(app)
         try:
             yield
         finally:
             await console.stopping(app)
             await stop_watch.close()
+            await jobs.stop(maintenance)
             if supervising is not None:
                 supervising.cancel()
             await backlog.drain(timeout_s=5)
@@ -104,6 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.known_tokens = KnownTokens()
     app.state.redactor = Redactor(provider_keys(settings, app.state.gateway_config.providers.values()))
     app.include_router(admin_router)
+    app.include_router(maintenance_router)
     app.router.routes.extend(proxy_routes)
     app.add_middleware(ProxyLane)  # inside the request-id middleware
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)

@@ -135,6 +135,11 @@ class Settings(BaseSettings):
         "and hide the usage-only chunk from clients that did not ask. false: only for tasks with a token or "
         "dollar limit; other such streams are relayed untouched and their tokens are unknown.",
     )
+    reservation_sweep_s: float = Field(
+        default=30.0, ge=0,
+        description="Seconds between sweeps releasing dollar holds past their request's deadline "
+        "whose gateway process is gone (app/admission/reservations.py); 0 turns the sweep off.",
+    )
     cost_wait_s: float = Field(
         default=30.0, ge=0, allow_inf_nan=False,
         description="Seconds a request of a task with cost_limit_usd waits when it fits only once the "

@@ -44,7 +44,7 @@ from typing import Any
 
 import asyncpg
 
-from app.admission import ceiling, in_flight
+from app.admission import ceiling, in_flight, reservations
 from app.admission.charge import Charge, charge_refusal
 from app import events
 from app.admission.holds import holds
@@ -95,6 +95,8 @@ class Admitted:
     #: ``(field, tokens)`` taskgate adds to the forwarded body to bound its output
     #: (:meth:`Charge.added_output_max`), or ``None``.
     output_max: tuple[str, int] | None = None
+    #: The ``reservations`` row of the hold (:mod:`app.admission.reservations`), if any.
+    reservation_id: int | None = None
 
 
 class _NeedsHistory(Exception):
@@ -188,8 +190,10 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
             raise _Held(task, reservation)  # rolls back: nothing written, the lock released
         refusal, verdict = await _judge(conn, task, settings, guard, conversation_key, reservation, request_id)
         if refusal is None:
-            return Admitted(Task.from_row(await conn.fetchrow(_COUNT, task.id, reservation)), verdict,
-                            reservation, charge.added_output_max(task))
+            admitted = Task.from_row(await conn.fetchrow(_COUNT, task.id, reservation))
+            held = await reservations.hold(conn, task.id, reservation, reservations.deadline_s(task, settings)) \
+                if reservation else None
+            return Admitted(admitted, verdict, reservation, charge.added_output_max(task), held)
         log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))
     # the latch and the refusal count are committed; only now refuse. A stop set just now
     # quotes the counters as they are once this judgement (which may have counted the

@@ -171,6 +171,19 @@ def resume(api: AdminClient, as_json: bool, task_id: str, reason: str) -> None:
 @tasks.command()
 @click.argument("task_id")
 @admin_command
+def release(api: AdminClient, as_json: bool, task_id: str) -> None:
+    """Release the task's stranded dollar holds (past their deadline, or of a gone gateway)."""
+    done = api.request("POST", f"/admin/tasks/{task_id}/release-reservations")
+    if as_json:
+        render.print_json(done)
+    else:
+        render.out.print(f"released {done['released']} hold(s), ${done['released_usd']}; "
+                         f"${done['reserved_usd']} still reserved")
+
+
+@tasks.command()
+@click.argument("task_id")
+@admin_command
 def events(api: AdminClient, as_json: bool, task_id: str) -> None:
     """The task's history, oldest first."""
     rows = api.events(task_id)

@@ -108,6 +108,24 @@ tool_calls = Table(
     Index("ix_tool_calls_conversation", "task_id", "conversation_key", "seq"),
 )
 
+#: Dollar holds of admitted requests in flight (migration 0005): amount, the request's
+#: deadline, the owning process (host, pid, start time as a Unix time). Deleted when the
+#: request settles, or by the sweep once past its deadline with its process gone.
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("task_id", Text, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("amount_usd", Numeric(20, 10), nullable=False),
+    Column("deadline_at", DateTime(timezone=True), nullable=False),
+    Column("owner_host", Text, nullable=False),
+    Column("owner_pid", Integer, nullable=False),
+    Column("owner_started_at", Float, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("ix_reservations_deadline_at", "deadline_at"),
+    Index("ix_reservations_task_id", "task_id"),
+)
+
 #: Per-conversation counters of a task (loop guard v2): admitted requests (counted
 #: while a conversation request or duration ceiling is in force), tool calls, the
 #: first counted request, and the last answer's text hash with its repeat streak.

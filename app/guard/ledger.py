@@ -74,10 +74,14 @@ _COUNT_CALLS = (
 # deadlocked with an admission upserting the same conversation (a text action after a text
 # answer; the new conversation row's foreign-key check waits for the task row).
 _TASK_FOR_ANSWER = "SELECT status, loop_guard FROM tasks WHERE id = $1 FOR NO KEY UPDATE"
+# The hold's row ($6, app.admission.reservations) goes in the same statement; its amount
+# is released only if the row was still there (a sweep or an admin may have released it).
 _ADD_USAGE = (
-    "UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,"
-    " cost_usd = cost_usd + $4, reserved_usd = reserved_usd - $5, updated_at = now()"
-    f" FROM {RELAXED_COMMIT} WHERE id = $1"
+    "WITH held AS (DELETE FROM reservations WHERE id = $6 RETURNING id)"
+    " UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,"
+    " cost_usd = cost_usd + $4, updated_at = now(), reserved_usd = reserved_usd"
+    "   - CASE WHEN $6::bigint IS NULL OR held.n > 0 THEN $5::numeric ELSE 0 END"
+    f" FROM {RELAXED_COMMIT}, (SELECT count(*) AS n FROM held) AS held WHERE tasks.id = $1"
 )
 
 
@@ -213,7 +217,8 @@ async def record_request(conn: asyncpg.Connection, task: Task, guard: GuardReque
 async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: str,
                           summary: ResponseSummary, settings: Settings,
                           settlement: Settlement | None = None, *,
-                          request_id: str | None = None, seen_answer_sha256: str | None = None) -> Verdict | None:
+                          request_id: str | None = None, seen_answer_sha256: str | None = None,
+                          reservation_id: int | None = None) -> Verdict | None:
     """Record a finished response: usage into the task's token counters and its
     ``settlement`` into its dollar counters (one statement), tool calls into the ledger
     as pending; trip the latch when the tool-call ceiling is passed.
@@ -229,7 +234,7 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
     async with pool.acquire() as conn:
         if not summary.tool_calls:
             if counters is not None:  # one statement, its own (relaxed) transaction
-                await conn.execute(_ADD_USAGE, task_id, *counters)
+                await conn.execute(_ADD_USAGE, task_id, *counters, reservation_id)
             if summary.text_sha256 is None or not settings.loop_guard_enabled:
                 return None
             return await _record_answer(conn, task_id, conversation_key, summary.text_sha256, settings,
@@ -240,7 +245,7 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
             if task is None:
                 return None
             if counters is not None:
-                await conn.execute(_ADD_USAGE, task_id, *counters)
+                await conn.execute(_ADD_USAGE, task_id, *counters, reservation_id)
             new_calls = await _insert_calls(conn, task_id, conversation_key, summary.tool_calls)
             if not new_calls:
                 return Verdict(Action.OK)

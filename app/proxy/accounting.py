@@ -80,6 +80,7 @@ class Accounting:
     endpoint: str = ""  # what the exchange-finished event reports
     model: str | None = None
     provider: str | None = None
+    reservation_id: int | None = None  # the hold's row, deleted as it settles
 
     def __post_init__(self) -> None:
         events.EXCHANGE_STARTED.emit(events.ExchangeStarted(self.task_id, self.stream))
@@ -106,7 +107,8 @@ class Accounting:
             usage = summary.usage
             await self._retried(lambda: record_response(
                 self.pool, self.task_id, self.conversation_key, summary, self.settings, settlement,
-                request_id=self.request_id, seen_answer_sha256=self.seen_answer_sha256),
+                request_id=self.request_id, seen_answer_sha256=self.seen_answer_sha256,
+                reservation_id=self.reservation_id),
                 f"the usage ({usage.input_tokens if usage else 0} input, "
                 f"{usage.output_tokens if usage else 0} output tokens), cost and "
                 f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")

@@ -202,6 +202,7 @@ async def proxy_post(request: Request) -> Response:
     elif isinstance(payload.get("model"), str):
         model = payload["model"]
     reservation, price, add_usage, charge = Decimal(0), None, False, None  # free endpoints cost nothing
+    held: int | None = None
     request_id = REQUEST_ID.get()
     if endpoint.kind != endpoints.FREE:
         charge = charge_for(route, body, payload, embeddings=path == "/v1/embeddings", what=f"POST {path}",
@@ -209,6 +210,7 @@ async def proxy_post(request: Request) -> Response:
         admitted = await admit(pool, hashed, settings, guard, charge, conv_key, request_id)
         task = admitted.task
         reservation, price = admitted.reservation_usd, route.price if route else None
+        held = admitted.reservation_id
         verdict = admitted.verdict
         notice = None
         if verdict is not None and verdict.action is Action.WARN:
@@ -233,7 +235,8 @@ async def proxy_post(request: Request) -> Response:
                              seen_answer_sha256=seen_answer, request_id=request_id,
                              endpoint=path,
                              model=route.requested_model if route is not None else model,
-                             provider=route.provider_name if route is not None else None),
+                             provider=route.provider_name if route is not None else None,
+                             reservation_id=held),
         endpoint=path, model=model,
         monitor=OutputMonitor(_repeated_output(task, settings)) if guarded else None,
     ).track(state.open_requests, task.id).redacting(state.redactor).hiding_usage(add_usage)

@@ -1,0 +1,42 @@
+"""Admin actions that maintain the database by hand (Bearer ``TASKGATE_ADMIN_TOKEN``):
+releasing a task's stranded dollar holds (:mod:`app.admission.reservations`).
+
+Errors as the rest of the admin API (:mod:`app.admin.errors`): 401, 404 unknown task,
+422 bad path, 503 database unreachable.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+
+from app.admin.errors import AdminError, responses
+from app.admin.routes import TaskIdPath, router as admin_routes
+from app.admission import reservations
+
+router = APIRouter(prefix="/admin", tags=["admin"], dependencies=admin_routes.dependencies)
+
+
+class ReleasedReservations(BaseModel):
+    """What ``POST /admin/tasks/{id}/release-reservations`` released."""
+
+    task_id: str
+    released: int = Field(description="Holds released (each one event 'reservation_released').")
+    released_usd: str = Field(description="US dollars taken off reserved_usd, as a decimal string.")
+    reserved_usd: str = Field(description="The task's reserved_usd after the release.")
+
+
+@router.post("/tasks/{task_id}/release-reservations", response_model=ReleasedReservations,
+             responses=responses(404))
+async def release_reservations(task_id: TaskIdPath, request: Request) -> ReleasedReservations:
+    """Release the task's dollar holds that are past their request's deadline (whatever
+    process owns them) or whose gateway process on this host is gone. Holds of requests
+    still in flight in a live gateway before their deadline are kept. The dollars are
+    released, not charged."""
+    pool = request.app.state.db
+    if await pool.fetchval("SELECT 1 FROM tasks WHERE id = $1", task_id) is None:
+        raise AdminError(404, "task_not_found", f"No task with id '{task_id}'.", "task_id")
+    released = await reservations.release_task(pool, task_id)
+    reserved = await pool.fetchval("SELECT reserved_usd FROM tasks WHERE id = $1", task_id)
+    return ReleasedReservations(task_id=task_id, released=released.reservations,
+                                released_usd=str(released.usd), reserved_usd=str(reserved or 0))

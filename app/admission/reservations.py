@@ -1,0 +1,185 @@
+"""Dollar holds as rows: every reservation carries its request's deadline and its owner,
+so a hold stranded by a killed gateway is released instead of kept forever.
+
+``tasks.reserved_usd`` is the sum admission checks against the ceiling. Each admitted
+request that reserves dollars also gets a ``reservations`` row (:func:`hold`, in the
+admission transaction): the amount, the deadline (now + the longest the request may
+run: its upstream timeout plus the stream close grace, :func:`deadline_s`) and the
+owning process (host name, pid, the process's start time). Settlement deletes the row
+in the statement that settles it (:data:`app.guard.ledger._ADD_USAGE`), and releases
+the amount only if the row was still there, so nothing is released twice.
+
+:func:`sweep` runs in every gateway process every ``TASKGATE_RESERVATION_SWEEP_S``
+(default 30 s): a hold past its deadline whose owner is *gone* is deleted, its amount
+taken off ``reserved_usd`` and a ``reservation_released`` event recorded, all in one
+statement (two sweepers never release one hold twice: the delete decides). An owner is
+gone when it ran on this host and no process with that pid and start time exists
+(:func:`owner_gone`); holds owned on another host are left to that host's gateways (or
+to the admin action). The released dollars are not charged: what the dead request cost
+upstream is unknown. :func:`release_task` (``POST /admin/tasks/{id}/release-reservations``,
+``taskgate tasks release``) releases a task's holds past their deadline whatever their
+owner, and those of gone owners at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import lru_cache
+
+import asyncpg
+import psutil
+
+from app.db.errors import database_unreachable
+from app.fault_log import faults
+from app.settings import Settings
+from app.task import Task
+
+logger = logging.getLogger(__name__)
+
+#: Overdue holds examined per sweep (the rest wait for the next one).
+SWEEP_BATCH = 500
+#: Seconds within which a recorded process start time matches (psutil's resolution).
+START_TIME_TOLERANCE_S = 1.0
+
+_HOLD = (
+    "INSERT INTO reservations (task_id, amount_usd, deadline_at, owner_host, owner_pid, owner_started_at)"
+    " VALUES ($1, $2, now() + $3 * interval '1 second', $4, $5, $6) RETURNING id"
+)
+_OVERDUE = (
+    "SELECT id, owner_host, owner_pid, owner_started_at, deadline_at < now() AS overdue FROM reservations"
+    " WHERE (deadline_at < now() OR $2::text IS NOT NULL) AND ($2::text IS NULL OR task_id = $2)"
+    " ORDER BY deadline_at LIMIT $1"
+)
+_RELEASE = """
+WITH gone AS (
+    DELETE FROM reservations WHERE id = ANY($1::bigint[])
+    RETURNING id, task_id, amount_usd, deadline_at, owner_host, owner_pid),
+per_task AS (
+    SELECT task_id, sum(amount_usd) AS usd, count(*) AS n, array_agg(id ORDER BY id) AS ids,
+           array_agg(DISTINCT owner_host || ':' || owner_pid) AS owners, max(deadline_at) AS deadline
+      FROM gone GROUP BY task_id),
+settled AS (
+    UPDATE tasks t SET reserved_usd = greatest(t.reserved_usd - p.usd, 0), updated_at = now()
+      FROM per_task p WHERE t.id = p.task_id RETURNING t.id)
+INSERT INTO task_events (task_id, kind, reason, detail)
+SELECT p.task_id, 'reservation_released', $2,
+       jsonb_build_object('reservations', p.n, 'released_usd', p.usd::text, 'reservation_ids', p.ids,
+                          'owners', p.owners, 'latest_deadline', p.deadline)
+  FROM per_task p
+RETURNING task_id, (detail->>'reservations')::int AS n, (detail->>'released_usd')::numeric AS usd
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """A gateway process: host name, pid, start time (Unix seconds)."""
+
+    host: str
+    pid: int
+    started_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """What one sweep or admin action released: holds and dollars, over all tasks."""
+
+    reservations: int = 0
+    usd: Decimal = Decimal(0)
+
+
+@lru_cache(maxsize=1)
+def _this_process(pid: int) -> Owner:
+    return Owner(socket.gethostname(), pid, psutil.Process(pid).create_time())
+
+
+def this_process() -> Owner:
+    """This process as an owner (recomputed after a fork: the pid is the cache key)."""
+    return _this_process(os.getpid())
+
+
+def started_at(pid: int) -> float | None:
+    """The start time of process ``pid`` on this host, ``None`` when there is none."""
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError):
+        return None
+
+
+def owner_gone(owner: Owner, here: str, started: Callable[[int], float | None]) -> bool:
+    """Whether ``owner`` certainly no longer runs: it ran on host ``here`` and the pid is
+    free or taken by a later process (``started``: pid → start time, or ``None``). An
+    owner on another host is never known to be gone."""
+    if owner.host != here:
+        return False
+    now_started = started(owner.pid)
+    return now_started is None or abs(now_started - owner.started_at) > START_TIME_TOLERANCE_S
+
+
+def deadline_s(task: Task, settings: Settings) -> float:
+    """Seconds from admission after which a request of ``task`` can no longer be
+    running in a live gateway: its upstream timeout plus the stream close grace."""
+    return (task.upstream_timeout_s or settings.upstream_timeout_s) + settings.stream_close_grace_s
+
+
+async def hold(conn: asyncpg.Connection, task_id: str, amount_usd: Decimal, seconds: float) -> int:
+    """Record one hold (inside the admission transaction); returns its id."""
+    me = this_process()
+    return await conn.fetchval(_HOLD, task_id, amount_usd, seconds, me.host, me.pid, me.started_at)
+
+
+def releasable(rows: Sequence[asyncpg.Record], here: str, started: Callable[[int], float | None],
+               by_hand: bool) -> list[int]:
+    """Ids of the holds to release among ``rows`` (``_OVERDUE``): overdue with a gone
+    owner; by hand also every overdue one and those of gone owners before their deadline."""
+    out = []
+    for row in rows:
+        gone = owner_gone(Owner(row["owner_host"], row["owner_pid"], row["owner_started_at"]), here, started)
+        if (row["overdue"] and (gone or by_hand)) or (by_hand and gone):
+            out.append(row["id"])
+    return out
+
+
+async def _release(pool: asyncpg.Pool, task_id: str | None, reason: str) -> Released:
+    async with pool.acquire() as conn:
+        rows = await conn.fetch(_OVERDUE, SWEEP_BATCH, task_id)
+        ids = releasable(rows, this_process().host, started_at, by_hand=task_id is not None)
+        if not ids:
+            return Released()
+        done = await conn.fetch(_RELEASE, ids, reason)
+    released = Released(sum(r["n"] for r in done), sum((r["usd"] for r in done), Decimal(0)))
+    for r in done:
+        logger.warning("released %d stranded reservation(s) of task %s ($%s): %s",
+                       r["n"], r["task_id"], r["usd"], reason)
+    return released
+
+
+async def sweep(pool: asyncpg.Pool) -> Released:
+    """Release holds past their deadline whose owner is gone (one batch)."""
+    return await _release(pool, None, "owner_gone")
+
+
+async def release_task(pool: asyncpg.Pool, task_id: str) -> Released:
+    """Release ``task_id``'s holds past their deadline, and those of gone owners."""
+    return await _release(pool, task_id, "released_by_admin")
+
+
+async def sweep_forever(pool: asyncpg.Pool, settings: Settings) -> None:
+    """:func:`sweep` every ``reservation_sweep_s`` until cancelled; failures are
+    reported by the fault log (one line per outage), never raised."""
+    while True:
+        await asyncio.sleep(settings.reservation_sweep_s)
+        try:
+            await sweep(pool)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a sweep that fails waits for the next
+            if database_unreachable(exc):
+                faults.report("reservation sweep", "database unavailable; holds are swept later", exc)
+            else:
+                logger.exception("reservation sweep failed; retried in %s s", settings.reservation_sweep_s)

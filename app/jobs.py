@@ -1,0 +1,30 @@
+"""The gateway process's periodic maintenance jobs, started with the app and cancelled
+when it stops: the reservation sweep (:mod:`app.admission.reservations`). Every job is
+safe to run in every process of every replica at once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import asyncpg
+
+from app.admission.reservations import sweep_forever
+from app.settings import Settings
+
+
+def start(pool: asyncpg.Pool, settings: Settings) -> list[asyncio.Task[None]]:
+    """Start the jobs in force (a sweep interval of 0 turns the sweep off)."""
+    jobs = []
+    if settings.reservation_sweep_s > 0:
+        jobs.append(asyncio.create_task(sweep_forever(pool, settings), name="reservation sweep"))
+    return jobs
+
+
+async def stop(jobs: list[asyncio.Task[None]]) -> None:
+    """Cancel the jobs and wait for them to end."""
+    for job in jobs:
+        job.cancel()
+    for job in jobs:
+        with contextlib.suppress(asyncio.CancelledError):
+            await job
