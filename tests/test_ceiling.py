@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from decimal import Decimal as D
 
-from app.admission.ceiling import Decision, cost_reserved, decide, retry_after_s, wait_for, wake_order
+from app.admission.ceiling import Decision, cost_reserved, decide, retry_after_s, wake_order
+from app.guard.policy import Policy
+from app.settings import Settings
 from app.task import Task
 from tests.task_values import task_value
 
@@ -33,8 +35,9 @@ def test_waiters_are_woken_in_order_while_the_headroom_lasts() -> None:
 
 
 def test_the_wait_and_its_retry_after() -> None:
-    assert wait_for(task_value(cost_wait_s=None), 30.0) == 30.0
-    assert wait_for(task_value(cost_wait_s=0.5), 30.0) == 0.5
+    settings = Settings(database_url="postgresql+asyncpg://unused/x", cost_wait_s=30.0)
+    assert Policy(task_value(cost_wait_s=None), settings).cost_wait_s == 30.0
+    assert Policy(task_value(cost_wait_s=0.5), settings).cost_wait_s == 0.5
     assert (retry_after_s(0), retry_after_s(0.5), retry_after_s(30), retry_after_s(600)) == (1, 1, 30, 60)
     err = cost_reserved(_task("0.5", "4"), D("1.2"), 30.02, 30)
     assert (err.status, err.type, err.code) == (429, "rate_limit_error", "cost_reserved")

@@ -28,7 +28,7 @@ from app.db import tasks as task_rows
 from app.db.bounds import INT8_MAX
 from app.db.pool import durable
 from app.guard.detector import CallRecord, detect
-from app.guard.ledger import thresholds_for
+from app.guard.policy import Policy
 from app.request_ids import REQUEST_ID
 from app.task import Task
 
@@ -245,7 +245,7 @@ async def task_tool_calls(task_id: TaskIdPath, request: Request, after: AfterSeq
         by_conversation[r["conversation_key"]].append(
             CallRecord(r["call_id"], r["tool_name"], r["arguments_hash"], r["result_hash"], r["is_error"],
                        r["is_empty"]))
-    thresholds = thresholds_for(Task.from_row(task), settings)
+    thresholds = Policy(Task.from_row(task), settings).thresholds
     conversations = []
     for key, history in by_conversation.items():
         v = detect(history, thresholds)

@@ -56,6 +56,7 @@ from app.guard import conversations
 from app.guard.conversation_rules import conversation_breach
 from app.guard.detector import Action, Verdict
 from app.guard.ledger import GuardRequest, record_request
+from app.guard.policy import Policy
 from app.settings import Settings
 from app.task import Task
 
@@ -86,10 +87,12 @@ _COUNT = (
 
 @dataclass(slots=True)
 class Admitted:
-    """An admitted request: the task row after the reservation, and the loop guard's
-    verdict on the results it carried (``None`` when it carried none)."""
+    """An admitted request: the task after the reservation, the policy in force for it
+    (built once, for the rest of the request), the loop guard's verdict on the results
+    it carried (``None`` when it carried none) and the dollars reserved."""
 
     task: Task
+    policy: Policy
     verdict: Verdict | None = None
     reservation_usd: Decimal = Decimal(0)
     #: ``(field, tokens)`` taskgate adds to the forwarded body to bound its output
@@ -109,9 +112,9 @@ class _Held(Exception):
     """The dollar ceiling holds the request (:data:`ceiling.Decision.HOLD`); raised in
     the admission transaction, which rolls back."""
 
-    def __init__(self, task: Task, worst_usd: Decimal) -> None:
+    def __init__(self, task: Task, policy: Policy, worst_usd: Decimal) -> None:
         super().__init__(task.id)
-        self.task, self.worst_usd = task, worst_usd
+        self.task, self.policy, self.worst_usd = task, policy, worst_usd
 
 
 async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
@@ -140,7 +143,7 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
             assert charge is not None  # hashed off the row lock and the event loop, then decided again
             await asyncio.to_thread(lambda: charge.history)
         except _Held as held:
-            wait_s = ceiling.wait_for(held.task, settings.cost_wait_s)
+            wait_s = held.policy.cost_wait_s
             deadline = started + wait_s if deadline is None else deadline
             left = deadline - loop.time()
             if left <= 0:
@@ -161,7 +164,8 @@ async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guar
                 if guard is None and not global_ceiling:
                     row = await conn.fetchrow(FAST_ADMIT, token_hash)  # its own transaction
                     if row is not None:
-                        return Admitted(Task.from_row(row))
+                        task = Task.from_row(row)
+                        return Admitted(task, Policy(task, settings))
                 key = guard.conversation_key if guard is not None else conversation_key
                 return await _admit_locked(conn, token_hash, settings, guard, charge or Charge(None), key,
                                            request_id)
@@ -180,6 +184,7 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
             priced = charge_refusal(task, charge)
             if priced is not None:
                 raise priced  # nothing written: not counted, no latch
+        policy = Policy(task, settings)
         reservation = Decimal(0)
         if task.active and task.cost_limit_usd is not None:
             anchor = await conversations.anchor(conn, task.id, conversation_key)
@@ -187,13 +192,13 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
                 raise _NeedsHistory()  # rolls back: nothing written yet
             reservation = charge.reservation_usd(task, anchor)
         if task.active and ceiling.task_decision(task, reservation) is ceiling.Decision.HOLD:
-            raise _Held(task, reservation)  # rolls back: nothing written, the lock released
-        refusal, verdict = await _judge(conn, task, settings, guard, conversation_key, reservation, request_id)
+            raise _Held(task, policy, reservation)  # rolls back: nothing written, the lock released
+        refusal, verdict = await _judge(conn, task, policy, guard, conversation_key, reservation, request_id)
         if refusal is None:
             admitted = Task.from_row(await conn.fetchrow(_COUNT, task.id, reservation))
-            held = await reservations.hold(conn, task.id, reservation, reservations.deadline_s(task, settings)) \
+            held = await reservations.hold(conn, task.id, reservation, reservations.deadline_s(policy)) \
                 if reservation else None
-            return Admitted(admitted, verdict, reservation, charge.added_output_max(task), held)
+            return Admitted(admitted, Policy(admitted, settings), verdict, reservation, charge.added_output_max(task), held)
         log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))
     # the latch and the refusal count are committed; only now refuse. A stop set just now
     # quotes the counters as they are once this judgement (which may have counted the
@@ -207,7 +212,7 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
     raise refusal
 
 
-async def _judge(conn: asyncpg.Connection, task: Task, settings: Settings,
+async def _judge(conn: asyncpg.Connection, task: Task, policy: Policy,
                  guard: GuardRequest | None, conversation_key: str, reservation: Decimal,
                  request_id: str | None) -> tuple[GatewayError | None, Verdict | None]:
     """The refusal for this request (``None``: admit, with the conversation counted)
@@ -216,11 +221,11 @@ async def _judge(conn: asyncpg.Connection, task: Task, settings: Settings,
         return stop_refusal(task), None
     verdict = None
     if guard is not None:
-        verdict = await record_request(conn, task, guard, settings, request_id=request_id)
+        verdict = await record_request(conn, task, guard, policy, request_id=request_id)
         if verdict.action is Action.STOP:
             return await _latch(conn, task, verdict.reason or "stopped", dict(verdict.detail), request_id), verdict
     now = datetime.now(timezone.utc)
-    limits = conversations.limits_for(task, settings)
+    limits = policy.conversation
     if limits.active:
         conversation = await conversations.get(conn, task.id, conversation_key)
         breach = conversation_breach(conversation, limits, now)

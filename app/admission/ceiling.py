@@ -75,12 +75,6 @@ def retry_after_s(wait_s: float) -> int:
     return max(RETRY_AFTER_MIN_S, min(RETRY_AFTER_MAX_S, math.ceil(wait_s)))
 
 
-def wait_for(task: Task, default_s: float) -> float:
-    """Seconds a held request of ``task`` waits: its ``cost_wait_s``, else ``default_s``."""
-    own = task.cost_wait_s
-    return default_s if own is None else float(own)
-
-
 def cost_reserved(task: Task, worst_usd: Decimal, waited_s: float, wait_s: float) -> GatewayError:
     """429 ``cost_reserved``: the request was held for its whole wait (``task`` is the row
     as it was last decided on). Not counted, no latch; the client may retry (``retry-after``)."""

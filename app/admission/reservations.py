@@ -37,8 +37,8 @@ import psutil
 
 from app.db.errors import database_unreachable
 from app.fault_log import faults
+from app.guard.policy import Policy
 from app.settings import Settings
-from app.task import Task
 
 logger = logging.getLogger(__name__)
 
@@ -121,10 +121,10 @@ def owner_gone(owner: Owner, here: str, started: Callable[[int], float | None]) 
     return now_started is None or abs(now_started - owner.started_at) > START_TIME_TOLERANCE_S
 
 
-def deadline_s(task: Task, settings: Settings) -> float:
-    """Seconds from admission after which a request of ``task`` can no longer be
+def deadline_s(policy: Policy) -> float:
+    """Seconds from admission after which a request under ``policy`` can no longer be
     running in a live gateway: its upstream timeout plus the stream close grace."""
-    return (task.upstream_timeout_s or settings.upstream_timeout_s) + settings.stream_close_grace_s
+    return policy.upstream_timeout_s + policy.settings.stream_close_grace_s
 
 
 async def hold(conn: asyncpg.Connection, task_id: str, amount_usd: Decimal, seconds: float) -> int:

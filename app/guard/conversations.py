@@ -9,12 +9,8 @@ from typing import Any
 
 import asyncpg
 
-from app.db.pool import RELAXED_COMMIT
-
 from app.admission.anchor import Anchor
-from app.guard.conversation_rules import ConversationLimits
-from app.settings import Settings
-from app.task import Task
+from app.db.pool import RELAXED_COMMIT
 
 _GET = ("SELECT requests, tool_calls, first_request_at, response_hash, response_streak"
         " FROM conversations WHERE task_id = $1 AND conversation_key = $2")
@@ -71,21 +67,6 @@ async def set_anchor(conn: asyncpg.Connection, task_id: str, key: str, value: An
     """Keep ``value`` as the conversation's anchor (the last request upstream reported)."""
     await conn.execute(_SET_ANCHOR.format(relaxed=RELAXED_COMMIT), task_id, key, value.input_tokens,
                        value.items, value.hash, value.model)
-
-
-def limits_for(task: Task, settings: Settings) -> ConversationLimits:
-    """The conversation ceilings in force: the task's columns, else the settings."""
-    request_limit = task.conversation_request_limit
-    duration = task.conversation_max_duration_s
-    return ConversationLimits(
-        request_limit=settings.conversation_request_limit if request_limit is None else request_limit,
-        max_duration_s=settings.conversation_max_duration_s if duration is None else duration,
-    )
-
-
-def tool_call_limit_for(task: Task, settings: Settings) -> int | None:
-    limit = task.conversation_tool_call_limit
-    return settings.conversation_tool_call_limit if limit is None else limit
 
 
 async def get(conn: asyncpg.Connection, task_id: str, key: str) -> dict[str, Any] | None:

@@ -39,10 +39,11 @@ from app.guard import conversations
 from app.guard.conversation_rules import answer_repeats, repeated_response
 from app.guard.detector import Action, CallRecord, Thresholds, Verdict, detect, window_size
 from app.guard.fingerprint import arguments_hash
-from app.guard.normalize import Normalizer, build
+from app.guard.normalize import Normalizer
+from app.guard.policy import Policy
 from app.guard.result_prints import RequestPrints, config_for, fingerprints
 from app.settings import Settings
-from app.task import LoopGuard, Task
+from app.task import Task
 from app.wire.base import ResponseSummary, ToolCall, ToolResult, Usage
 
 logger = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ _COUNT_CALLS = (
 # Locks the task row first, as admission does, before the conversation row: the other order
 # deadlocked with an admission upserting the same conversation (a text action after a text
 # answer; the new conversation row's foreign-key check waits for the task row).
-_TASK_FOR_ANSWER = "SELECT status, loop_guard FROM tasks WHERE id = $1 FOR NO KEY UPDATE"
+_TASK_FOR_ANSWER = "SELECT * FROM tasks WHERE id = $1 FOR NO KEY UPDATE"
 # The hold's row ($6, app.admission.reservations) goes in the same statement; its amount
 # is released only if the row was still there (a sweep or an admin may have released it).
 _ADD_USAGE = (
@@ -105,34 +106,6 @@ class GuardRequest:
     prints: RequestPrints | None = None
 
 
-def _either(own: Any, default: Any) -> Any:
-    return default if own is None else own
-
-
-def thresholds_for(task: Task, settings: Settings) -> Thresholds:
-    """The detector thresholds in force for ``task``: its ``loop_guard`` overrides on
-    top of the global settings."""
-    o = task.loop_guard
-    per_tool = {**settings.per_tool_thresholds, **(o.per_tool_thresholds or {})}
-    warn = _either(o.loop_warning, settings.loop_warning)
-    return Thresholds(
-        identical_streak=_either(o.identical_streak, settings.identical_streak),
-        cycle_repeats=_either(o.cycle_repeats, settings.cycle_repeats),
-        failure_streak=_either(o.failure_streak, settings.failure_streak),
-        per_tool=per_tool,
-        tool_call_limit=_either(task.tool_call_limit, settings.tool_call_limit),
-        warn_after=_either(o.loop_warning_after, settings.loop_warning_after) if warn else None,
-        empty_result_streak=_either(o.empty_result_streak, settings.empty_result_streak),
-        conversation_tool_call_limit=conversations.tool_call_limit_for(task, settings),
-    )
-
-
-def normalizer_for(task: Task, settings: Settings) -> Normalizer:
-    """The result normaliser in force for ``task``: the defaults unless the task or the
-    settings turn them off, then the global patterns, then the task's own."""
-    o = task.loop_guard
-    defaults = _either(o.result_normalizer_defaults, settings.result_normalizer_defaults)
-    return build(defaults, (*settings.result_normalizers, *(o.result_normalizers or ())))
 
 
 def _describe(verdict: Verdict, thresholds: Thresholds, conversation_key: str,
@@ -173,7 +146,7 @@ async def _history(conn: asyncpg.Connection, task_id: str, conversation_key: str
 
 
 async def record_request(conn: asyncpg.Connection, task: Task, guard: GuardRequest,
-                         settings: Settings, *, request_id: str | None = None) -> Verdict:
+                         policy: Policy, *, request_id: str | None = None) -> Verdict:
     """Add a request's new tool results to the ledger and judge the conversation.
 
     Runs in the admission transaction with the task row locked: only writes the
@@ -186,7 +159,8 @@ async def record_request(conn: asyncpg.Connection, task: Task, guard: GuardReque
     """
     task_id = task.id
     key = guard.conversation_key
-    thresholds = thresholds_for(task, settings)
+    settings = policy.settings
+    thresholds = policy.thresholds
     config = config_for(task, settings)
     prints = guard.prints
     if prints is None or prints.config != config:  # none yet, or the task's loop_guard changed since
@@ -250,13 +224,14 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
             if not new_calls:
                 return Verdict(Action.OK)
             total = await conn.fetchval(_COUNT_CALLS, task_id, new_calls)
-            thresholds = thresholds_for(task, settings)
+            policy = Policy(task, settings)
+            thresholds = policy.thresholds
             conv_calls = await conversations.add_tool_calls(conn, task_id, conversation_key, new_calls,
                                                             thresholds.conversation_tool_call_limit)
             history = await _history(conn, task_id, conversation_key, thresholds)
             verdict = _describe(detect(history, thresholds, task_tool_calls=total,
                                        conversation_tool_calls=conv_calls),
-                                thresholds, conversation_key, normalizer_for(task, settings))
+                                thresholds, conversation_key, policy.normalizer)
             if verdict.action is Action.STOP and task.active:
                 await task_rows.set_latch(conn, task_id, verdict.reason or "stopped", dict(verdict.detail),
                                           request_id=request_id)
@@ -270,16 +245,17 @@ async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_ke
     ``repeated_response`` when the run reaches the threshold in force."""
     async with conn.transaction():  # task row, then conversation row (see _TASK_FOR_ANSWER)
         await relaxed(conn)  # a latch set below makes this commit durable again
-        task = await conn.fetchrow(_TASK_FOR_ANSWER, task_id)
-        if task is None:
+        row = await conn.fetchrow(_TASK_FOR_ANSWER, task_id)
+        if row is None:
             return None
-        repeats = _either(LoopGuard.from_json(task["loop_guard"]).response_repeats, settings.response_repeats)
+        task = Task.from_row(row)
+        repeats = Policy(task, settings).response_repeats
         streak = await conversations.record_answer(conn, task_id, conversation_key, text_sha256, repeat)
         stop = repeated_response(streak, repeats)
         if stop is None:
             return None
         reason, detail = stop
         detail = {**detail, "conversation_key": conversation_key, "text_sha256": text_sha256}
-        if task["status"] == "active":
+        if task.active:
             await task_rows.set_latch(conn, task_id, reason, detail, request_id=request_id)
         return Verdict(Action.STOP, reason, streak, detail)

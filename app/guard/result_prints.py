@@ -37,7 +37,8 @@ from app.guard.fingerprint import (
     result_hash,
 )
 from app.guard.linear_regex import LinearPattern
-from app.guard.normalize import Normalizer, build
+from app.guard.normalize import Normalizer
+from app.guard.policy import Policy
 from app.settings import Settings
 from app.task import Task
 from app.wire.base import ToolCall, ToolResult
@@ -90,12 +91,9 @@ def _patterns(patterns: tuple[str, ...] | None, defaults: tuple[str, ...]) -> tu
 
 def config_for(task: Task, settings: Settings) -> PrintConfig:
     """The fingerprint configuration in force for ``task`` (its ``loop_guard``
-    overrides on top of the settings)."""
-    o = task.loop_guard
-    defaults = settings.result_normalizer_defaults if o.result_normalizer_defaults is None \
-        else o.result_normalizer_defaults
+    overrides on top of the settings, :class:`app.guard.policy.Policy`)."""
     return PrintConfig(
-        normalizer=build(defaults, (*settings.result_normalizers, *(o.result_normalizers or ()))),
+        normalizer=Policy(task, settings).normalizer,
         error_patterns=_patterns(settings.error_patterns, DEFAULT_ERROR_PATTERNS),
         empty_patterns=_patterns(settings.empty_result_patterns, DEFAULT_EMPTY_RESULT_PATTERNS),
         scan_bytes=settings.guard_result_scan_bytes,

@@ -44,6 +44,7 @@ from app.errors import GatewayError, render_error, wire_status
 from app.guard.detector import Action
 from app.guard.fingerprint import conversation_key
 from app.guard.ledger import GuardRequest
+from app.guard.policy import Policy
 from app.guard.text_actions import extract, guard_calls, seed_without_scratchpad
 from app.guard.text_turns import latest_answer_sha256, tail
 from app.guard.repeated_output import OutputMonitor
@@ -66,7 +67,7 @@ from app.proxy.providers import (
 from app.proxy.upstream import request_headers, upstream_url
 from app.proxy.usage_chunk import needs_usage
 from app.request_ids import REQUEST_ID
-from app.task import Task
+from app.settings import Settings
 from app.wire import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, UnknownWirePath, format_for_path
 from app.wire.base import ProviderKind, WireFormat
 
@@ -159,6 +160,7 @@ async def proxy_post(request: Request) -> Response:
     hashed = token_hash(token)
     if endpoint.kind == endpoints.FREE:
         task = await authenticate(pool, hashed)
+        policy = Policy(task, settings)
     else:
         await require_known_token(pool, state.known_tokens, hashed)
     body = await read_body(request.stream(), headers.get("content-length"),
@@ -208,7 +210,7 @@ async def proxy_post(request: Request) -> Response:
         charge = charge_for(route, body, payload, embeddings=path == "/v1/embeddings", what=f"POST {path}",
                             path=path)
         admitted = await admit(pool, hashed, settings, guard, charge, conv_key, request_id)
-        task = admitted.task
+        task, policy = admitted.task, admitted.policy
         reservation, price = admitted.reservation_usd, route.price if route else None
         held = admitted.reservation_id
         verdict = admitted.verdict
@@ -226,8 +228,8 @@ async def proxy_post(request: Request) -> Response:
     return RelayResponse(
         state.client, upstream_request, fmt,
         stream_requested=stream_requested,
-        watchdog=_watchdog(task, settings),
-        total_timeout_s=task.upstream_timeout_s or settings.upstream_timeout_s,
+        watchdog=_watchdog(policy, settings),
+        total_timeout_s=policy.upstream_timeout_s,
         on_finish=Accounting(pool, settings, task.id, conv_key, guarded, stream=stream_requested,
                              price=price, reservation_usd=reservation, count_answer=continued,
                              metered=endpoint.kind == endpoints.INFERENCE,
@@ -238,15 +240,8 @@ async def proxy_post(request: Request) -> Response:
                              provider=route.provider_name if route is not None else None,
                              reservation_id=held),
         endpoint=path, model=model,
-        monitor=OutputMonitor(_repeated_output(task, settings)) if guarded else None,
+        monitor=OutputMonitor(policy.repeated_output) if guarded else None,
     ).track(state.open_requests, task.id).redacting(state.redactor).hiding_usage(add_usage)
-
-
-def _repeated_output(task: Task, settings: Any) -> bool:
-    """Whether the repeated-output check runs: the task's ``loop_guard.repeated_output``,
-    else ``TASKGATE_REPEATED_OUTPUT``."""
-    own = task.loop_guard.repeated_output
-    return settings.repeated_output if own is None else own
 
 
 def _rewritten(request: Request, upstream_request: httpx.Request, fmt: WireFormat, payload: dict[str, Any],
@@ -288,8 +283,8 @@ async def proxy_get(request: Request) -> Response:
         return _render(fmt, err)
     return RelayResponse(
         state.client, upstream_request, fmt,
-        stream_requested=False, watchdog=_watchdog(task, settings),
-        total_timeout_s=settings.upstream_timeout_s,
+        stream_requested=False, watchdog=_watchdog(Policy(task, settings), settings),
+        total_timeout_s=settings.upstream_timeout_s,  # a GET: the task's own applies to POSTs
         on_finish=_nothing, endpoint=path, model=None,
     ).redacting(state.redactor)
 
@@ -337,12 +332,11 @@ async def _nothing(outcome: Any) -> None:
     return None
 
 
-def _watchdog(task: Task, settings: Any) -> Watchdog:
-    idle = task.stream_idle_timeout_s
-    first = task.stream_first_event_timeout_s
+def _watchdog(policy: Policy, settings: Settings) -> Watchdog:
+    """The stream watchdog of a request under ``policy``."""
     return Watchdog(
-        first_event_timeout_s=settings.stream_first_event_timeout_s if first is None else first,
-        idle_timeout_s=settings.stream_idle_timeout_s if idle is None else idle,
+        first_event_timeout_s=policy.first_event_timeout_s,
+        idle_timeout_s=policy.idle_timeout_s,
         heartbeats_reset=settings.heartbeats_reset_timers,
         close_grace_s=settings.stream_close_grace_s,
     )
