@@ -94,8 +94,10 @@ def test_a_stream_under_another_content_type_is_watched_as_a_stream(raw_gateway,
     task_id, token = admin.create_task()
     stream = _chunk("hi") + USAGE + b"data: [DONE]\n\n"
     raw.reply("200 OK", [("content-type", content_type)] if content_type else [], _chunk("hi"), 0.05, USAGE + b"data: [DONE]\n\n")
+    # the client asks for usage itself, so its usage chunk is its own and relayed unchanged
     r = httpx.post(raw_gateway.url + "/v1/chat/completions", headers={"authorization": f"Bearer {token}"},
-                   json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+                   json={"model": "m", "stream": True, "stream_options": {"include_usage": True},
+                         "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 200 and r.content == stream
     deadline = time.monotonic() + 5
     while admin.task(task_id)["output_tokens"] == 0 and time.monotonic() < deadline:
