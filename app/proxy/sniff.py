@@ -11,18 +11,17 @@ from __future__ import annotations
 import asyncio
 from typing import AsyncIterator
 
-import httpx
-
+from app.proxy.transport import UpstreamResponse
 from app.wire.sse import looks_like_sse
 
 #: Bytes read at most before deciding (a first SSE line is shorter).
 SNIFF_BYTES = 64
 
 
-async def sniff_stream(upstream: httpx.Response, deadline: float) -> tuple[bool, AsyncIterator[bytes]]:
+async def sniff_stream(upstream: UpstreamResponse, deadline: float) -> tuple[bool, AsyncIterator[bytes]]:
     """``(is_stream, chunks)``: whether ``upstream``'s body begins an SSE stream, and
     all of its (decoded) body bytes, the sniffed start included. Reading stops at the
-    first line end, :data:`SNIFF_BYTES` or the end of the body. Raises :class:`TimeoutError` past ``deadline`` (event-loop time) and :class:`httpx.HTTPError`
+    first line end, :data:`SNIFF_BYTES` or the end of the body. Raises :class:`TimeoutError` past ``deadline`` (event-loop time) and :class:`httpx.HTTPError` (:mod:`app.proxy.transport`)
     when the body breaks off, before anything was relayed."""
     chunks = upstream.aiter_bytes()
     first = b""

@@ -247,8 +247,9 @@ class ChatCompletionsFormat:
         return {**body, "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True}}
 
     def is_usage_only(self, event: str, data: str) -> bool:
-        """The chunk ``include_usage`` adds: ``"choices": []`` with a ``usage``."""
-        if '"usage"' not in data:
+        """The chunk ``include_usage`` adds: ``"choices": []`` with a ``usage``. Cheap for
+        other chunks (only those naming a non-null ``usage`` are parsed)."""
+        if '"usage"' not in data or '"usage":null' in data:
             return False
         chunk = loads(data)
         return isinstance(chunk, dict) and chunk.get("choices") == [] and chunk.get("usage") is not None

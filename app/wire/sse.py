@@ -246,6 +246,74 @@ def block_events(block: bytes) -> list[tuple[str, str]]:
     return events
 
 
+class SSEFramer:
+    """One relayed event stream, framed once: the bytes of an incomplete trailing
+    event are held back, and each run of whole events is decoded once.
+
+    :meth:`feed` returns, for one chunk, the bytes that now end at an event boundary
+    (a blank line; relay them) and the events they complete, decoded as
+    :class:`SSEDecoder` decodes them (a leading BOM dropped). An event is dispatched as
+    soon as its blank line is in, also when that line ends with a lone ``\\r`` (the
+    decoder waits to see whether a ``\\n`` follows). :meth:`close` reads the held
+    bytes at the end of the stream as if a blank line followed them.
+    """
+
+    __slots__ = ("_held", "_started", "max_event_bytes", "overflow")
+
+    def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        self._held = bytearray()  # an incomplete trailing event
+        self._started = False  # the first bytes (where a BOM may be) were decoded
+        self.max_event_bytes = max_event_bytes
+        #: Why the stream must end, set by :meth:`feed`: more than ``max_event_bytes``
+        #: held without an event boundary, or an event whose data is larger.
+        self.overflow: str | None = None
+
+    @property
+    def held(self) -> int:
+        """How many bytes are held back (an event without its blank line yet)."""
+        return len(self._held)
+
+    def feed(self, chunk: bytes) -> tuple[bytes, list[tuple[str, str]]]:
+        """``(whole, events)`` for one chunk: the bytes up to the last event boundary so
+        far (held bytes first) and the events those bytes complete, in order. Check
+        :attr:`overflow` afterwards."""
+        if not self._held and chunk.endswith(b"\n\n") and len(chunk) <= self.max_event_bytes:
+            if chunk.startswith(b"data: ") and chunk.find(b"\n") == len(chunk) - 2 and self._started \
+                    and b"\r" not in chunk and chunk.isascii():
+                return chunk, [("", chunk[6:-2].decode("ascii"))]  # the usual chunk: one data line
+            return chunk, self._events(chunk)  # whole events
+        held = self._held
+        scan_from = len(held) - 1 if held else 0
+        held += chunk
+        cut = event_boundary(held, scan_from)
+        if len(held) - cut > self.max_event_bytes:  # e.g. endless comment lines, no blank line
+            self.overflow = f"Upstream sent over {self.max_event_bytes} bytes without ending an event."
+        if not cut:
+            return b"", []
+        out = bytes(held[:cut])
+        del held[:cut]
+        return out, self._events(out)
+
+    def close(self) -> tuple[bytes, list[tuple[str, str]]]:
+        """End of stream: the held bytes and the events they hold when read as if a
+        blank line followed; nothing is held afterwards."""
+        rest = bytes(self._held)
+        self._held.clear()
+        return rest, self._events(rest) if rest else []
+
+    def _events(self, block: bytes) -> list[tuple[str, str]]:
+        if not self._started:
+            self._started = True
+            block = block.removeprefix(b"\xef\xbb\xbf")
+        events = block_events(block)
+        limit = self.max_event_bytes
+        if len(block) > limit:
+            for _, data in events:
+                if len(data) + 1 > limit:
+                    self.overflow = str(SSEEventTooLarge(len(data) + 1, limit))
+        return events
+
+
 def event_boundary(data: bytearray, start: int) -> int:
     """Length of the longest prefix of ``data`` that ends with a blank line (an SSE event
     boundary: ``\n\n``, ``\r\r``, or ``\n\r``, which also covers ``\r\n\r\n``),

@@ -1,0 +1,173 @@
+"""One upstream SSE stream relayed to the client (the stream half of
+:class:`app.proxy.relay.RelayResponse`; its module docstring gives the rules).
+
+Each chunk is framed once (:class:`app.wire.sse.SSEFramer`): the whole events are sent
+(minus a usage-only event the gateway asked for), then their decoded events feed the
+format's observer, the repeated-output monitor and :class:`StreamProgress`, which
+moves the read deadline. The loop reads, sends and decides; the decisions are pure
+(:mod:`app.proxy.stream_progress`, :mod:`app.proxy.stream_end`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+from starlette.types import Send
+
+from app.errors import GatewayError
+from app.guard.repeated_output import OutputMonitor
+from app.proxy.outcome import Outcome, Watchdog
+from app.proxy.read_deadline import ReadDeadline
+from app.proxy.redact import Redactor
+from app.proxy.stream_end import (
+    NO_TERMINAL,
+    REPEATED_OUTPUT,
+    End,
+    broke_off_end,
+    error_type,
+    silence_end,
+    stopped_end,
+    too_large_end,
+)
+from app.proxy.stream_progress import StreamProgress
+from app.proxy.transport import UpstreamResponse
+from app.proxy.usage_chunk import strip_usage_chunks
+from app.wire.base import EventKind, WireFormat
+from app.wire.sse import SSEFramer
+
+Events = list[tuple[str, str]]
+
+
+def watch_text(monitor: OutputMonitor | None, outcome: Outcome, text: str) -> bool:
+    """Feed answer text to ``monitor``; ``True`` (and the evidence in the outcome's
+    ``repeated_output`` detail) when the answer is repeating itself."""
+    if monitor is None or not text:
+        return False
+    detected = monitor.feed(text)
+    if detected:
+        outcome.detail["repeated_output"] = monitor.detail
+    return detected
+
+
+class StreamRelay:
+    """The relay of one stream of an exchange that began at ``started`` (event-loop
+    seconds: the first-event deadline counts from then). :attr:`stop` is the task's stop
+    refusal once the exchange was cut (:meth:`app.proxy.relay.RelayResponse.cut` sets it
+    and expires :attr:`watch`). ``outcome`` gets the summary, the stream's figures and,
+    for a stream the gateway ended, its end."""
+
+    __slots__ = ("fmt", "outcome", "monitor", "redact", "hide_usage", "observer", "framer",
+                 "progress", "watch", "ended", "stop")
+
+    def __init__(self, fmt: WireFormat, watchdog: Watchdog, started: float, outcome: Outcome, *,
+                 monitor: OutputMonitor | None, redact: Redactor, hide_usage: bool) -> None:
+        self.fmt = fmt
+        self.outcome = outcome
+        self.monitor = monitor
+        self.redact = redact
+        self.hide_usage = hide_usage  # drop the usage-only event (app.proxy.usage_chunk)
+        self.observer = fmt.stream_observer()
+        self.framer = SSEFramer()
+        self.progress = StreamProgress(watchdog, started)
+        self.watch = ReadDeadline(self.progress.deadline)  # the stream-silence watchdog
+        self.ended = False  # the last bytes are being sent: too late for a cut
+        self.stop: GatewayError | None = None
+
+    async def run(self, send: Send, upstream: UpstreamResponse, chunks: AsyncIterator[bytes]) -> None:
+        """Relay ``chunks`` (the body of ``upstream``) until it ends, is cut or stalls;
+        end the client's body. Raises ``OSError`` when the client went away."""
+        loop = asyncio.get_running_loop()
+        progress, framer, watch, read = self.progress, self.framer, self.watch, chunks.__anext__
+        end: End | None = None
+        while True:
+            stop = self.stop
+            if stop is not None:
+                if progress.ended_at is None:  # nothing is appended after a terminal event
+                    end = stopped_end(stop)
+                break
+            try:
+                chunk = await watch.read(read)
+            except StopAsyncIteration:  # upstream closed
+                await self._relay_rest(send, loop.time())
+                break
+            except TimeoutError:
+                if progress.ended_at is None:
+                    end = silence_end(progress.watchdog, self.stop, progress.first_content_at is not None)
+                elif self.stop is None:  # after the terminal event: close it ourselves, append nothing
+                    self.outcome.detail["closed_after_grace"] = True
+                break
+            except httpx.HTTPError as exc:
+                end = broke_off_end(exc) if progress.ended_at is None else None
+                break
+            whole, events = framer.feed(chunk)
+            paused_at = loop.time()
+            if whole:
+                await self._send_events(send, whole, events)
+            resumed_at = loop.time()
+            progress.bytes_relayed += len(whole)
+            if framer.overflow is not None:
+                end = too_large_end(framer.overflow) if progress.ended_at is None else None
+                break
+            progress.events_relayed += len(events)
+            answering = progress.ended_at is None  # the answer's text ends with its terminal event
+            kinds = [self.observer.feed(event, data) for event, data in events]
+            repeating = answering and self.monitor is not None and self._repeating(events, kinds)
+            progress.relayed(kinds, paused_at, resumed_at)
+            watch.deadline = progress.deadline
+            if repeating and progress.ended_at is None:  # an answer already relayed whole is not cut
+                end = REPEATED_OUTPUT
+                break
+        await self._end(send, upstream, end)
+
+    async def _send_events(self, send: Send, whole: bytes, events: Events) -> None:
+        """Relay whole events, minus the usage-only one the gateway asked for."""
+        if self.hide_usage and any(self.fmt.is_usage_only(event, data) for event, data in events):
+            whole = strip_usage_chunks(whole, self.fmt.is_usage_only)
+        await send({"type": "http.response.body", "body": self.redact(whole), "more_body": True})
+
+    async def _relay_rest(self, send: Send, now: float) -> None:
+        """Upstream closed with bytes after its last blank line: read them as the event a
+        blank line would have dispatched; relay them as received when the stream's
+        terminal event came (before, or in these bytes), else drop them."""
+        rest, events = self.framer.close()
+        if not rest:
+            return
+        progress = self.progress
+        progress.events_relayed += len(events)
+        for event, data in events:
+            if self.observer.feed(event, data) is EventKind.TERMINAL and progress.ended_at is None:
+                progress.ended_at = now
+        if progress.ended_at is not None:  # nothing is appended: relay them as received
+            await send({"type": "http.response.body", "body": self.redact(rest), "more_body": True})
+            progress.bytes_relayed += len(rest)
+
+    def _repeating(self, events: Events, kinds: list[EventKind]) -> bool:
+        """Whether the answer text of these events makes the answer repeat itself."""
+        for (event, data), kind in zip(events, kinds):
+            if kind is EventKind.CONTENT and watch_text(self.monitor, self.outcome, self.fmt.text_delta(event, data)):
+                return True
+        return False
+
+    async def _end(self, send: Send, upstream: UpstreamResponse, end: End | None) -> None:
+        """Record the stream's outcome; append the format's terminal error for ``end``
+        (or for a stream that closed without its terminal event); end the body."""
+        self.ended = True
+        self.watch.close()
+        outcome = self.outcome
+        summary = self.observer.summary()
+        summary.text_sha256 = self.monitor.text_sha256() if self.monitor is not None else None
+        outcome.summary = summary
+        outcome.detail.update(self.progress.detail(asyncio.get_running_loop().time()))
+        if end is None and not summary.terminal_seen:
+            end = NO_TERMINAL
+        if end is not None:
+            kind, code, message = end
+            await upstream.aclose()
+            outcome.kind = kind
+            outcome.detail["code"] = code
+            etype = error_type(self.fmt, kind, self.stop)
+            error = self.fmt.stream_error(message, etype, code, observer=self.observer)
+            await send({"type": "http.response.body", "body": error, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
