@@ -329,6 +329,10 @@ class Settings(BaseSettings):
     stop_webhook_timeout_s: float = Field(default=5.0, gt=0, description="Timeout of one attempt.")
     stop_webhook_backoff_s: float = Field(
         default=1.0, ge=0, description="Pause before the 2nd attempt; doubles for each next one.")
+    request_log_retention_s: float = Field(
+        default=7 * 86400, ge=0, le=10 * 366 * 86400,
+        description="Seconds the request log (one row per relayed response: the dashboard's "
+        "overview and task timeline, GET /admin/stats) is kept; 0: no request log.")
 
     # --- start-up validation (app/startup.py prints these errors as one line) -------
     @field_validator("session_headers", mode="before")

@@ -265,3 +265,8 @@ async def delete_task(task_id: TaskIdPath, request: Request) -> Response:
     if result == "DELETE 0":
         raise _not_found(task_id)
     return Response(status_code=204)
+
+
+from app.admin.stats import router as _stats_router  # noqa: E402 - its routes share this router's prefix and auth
+
+router.include_router(_stats_router)

@@ -9,7 +9,7 @@ from starlette.responses import FileResponse
 from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 
-from app.console import listeners, metrics, webhook
+from app.console import listeners, metrics, request_log, webhook
 from app.console.docs import install_docs
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
@@ -37,9 +37,14 @@ async def _favicon(_request: object) -> FileResponse:
 async def started(app: FastAPI) -> None:
     """At start-up, once the pool is open."""
     webhook.start(app.state.settings, app.state.db)
+    app.state.request_log = request_log.Writer(app.state.db, app.state.settings.request_log_retention_s)
+    app.state.request_log.start()
 
 
 async def stopping(app: FastAPI) -> None:
     """At shutdown, before the pool closes."""
+    writer = getattr(app.state, "request_log", None)
+    if writer is not None:
+        await writer.stop()
     await webhook.stop()
     metrics.process_exit()

@@ -3,7 +3,8 @@ lines and the stop webhook. :func:`subscribe` is called once by
 :func:`app.main.create_app`; the core never calls the console.
 
 - exchange started / finished: ``taskgate_open_streams``, the request and latency
-  metrics, and a warning line when upstream stalled or failed;
+  metrics, a warning line when upstream stalled or failed, and the request log's row
+  (:mod:`app.console.request_log`);
 - admission done: ``taskgate_admission_duration_seconds``;
 - loop warned: ``taskgate_loop_warnings_total``;
 - gateway answered: the refusal and error counters;
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 
 from app import events
-from app.console import metrics, webhook
+from app.console import metrics, request_log, webhook
 
 logger = logging.getLogger("app.console")
 
@@ -70,6 +71,7 @@ def subscribe() -> None:
     """Subscribe the console to the core's events (idempotent)."""
     events.EXCHANGE_STARTED.subscribe(exchange_started)
     events.EXCHANGE_FINISHED.subscribe(exchange_finished)
+    events.EXCHANGE_FINISHED.subscribe(request_log.record)
     events.ADMISSION_DONE.subscribe(admission_done)
     events.LOOP_WARNED.subscribe(loop_warned)
     events.GATEWAY_ANSWERED.subscribe(gateway_answered)

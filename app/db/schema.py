@@ -146,3 +146,33 @@ conversations = Table(
     Column("anchor_hash", Text),
     Column("anchor_model", Text),
 )
+
+#: The request log (migration 0005): one row per relayed response, written by the console
+#: (:mod:`app.console.request_log`, batched, off the request path) for the dashboard's
+#: overview and task timeline and ``GET /admin/stats``; rows older than
+#: ``TASKGATE_REQUEST_LOG_RETENTION_S`` are deleted. ``cost_usd`` in US dollars (NULL: not
+#: priced), ``duration_ms`` from admission to the client's last byte.
+request_log = Table(
+    "request_log",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("task_id", Text, ForeignKey("tasks.id", ondelete="CASCADE"), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("endpoint", Text, nullable=False),
+    Column("model", Text),
+    Column("provider", Text),
+    Column("status", Integer),
+    Column("outcome", Text, nullable=False),
+    Column("stream", Boolean, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("output_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("cost_usd", Numeric(20, 10)),
+    Column("duration_ms", Float, nullable=False),
+    Column("request_id", Text),
+    Index("ix_request_log_finished_at", "finished_at"),
+    Index("ix_request_log_task_id_id", "task_id", "id"),
+)
+
+#: Stops by time for the overview (``GET /admin/stats``).
+Index("ix_task_events_stopped_at", task_events.c.created_at, postgresql_where=text("kind = 'stopped'"))
+Index("ix_tasks_stopped_at", tasks.c.stopped_at, postgresql_where=text("stopped_at IS NOT NULL"))

@@ -5,11 +5,21 @@ import { AuthError, api, badge, h, int, meters, show, table, usd, when } from ".
 const LIMITS = [["request_limit", "requests"], ["token_limit", "tokens"], ["cost_limit_usd", "dollars (USD)"],
                 ["max_duration_s", "max duration (s)"], ["tool_call_limit", "tool calls"], ["max_stalls", "stalls"]];
 
+/** A detail value in words: null is "none", lists are comma-separated, objects "key value". */
+export function words(v) {
+  if (v === null || v === undefined) return "none";
+  if (Array.isArray(v)) return v.length ? v.map(words).join(", ") : "none";
+  if (typeof v === "object") {
+    const parts = Object.entries(v).map(([k, x]) => `${k.replace(/_/g, " ")} ${words(x)}`);
+    return parts.length ? parts.join(", ") : "none";
+  }
+  return String(v);
+}
+
 function detailWords(detail) {
   if (!detail) return null;
   return h("ul", { class: "detail" }, Object.entries(detail).map(([k, v]) =>
-    h("li", {}, h("span", { class: "muted" }, k.replace(/_/g, " ") + ": "),
-      v !== null && typeof v === "object" ? JSON.stringify(v) : String(v))));
+    h("li", {}, h("span", { class: "muted" }, k.replace(/_/g, " ") + ": "), words(v))));
 }
 
 function limitsForm(ctx, t) {
@@ -95,9 +105,8 @@ function requestsTable(requests) {
 
 export async function taskView(ctx, id) {
   const path = "/admin/tasks/" + encodeURIComponent(id);
-  const [t, events, ledger] = await Promise.all([api("GET", path), api("GET", path + "/events"),
-    api("GET", path + "/tool-calls")]);
-  const requests = null;
+  const [t, events, ledger, requests] = await Promise.all([api("GET", path), api("GET", path + "/events"),
+    api("GET", path + "/tool-calls"), api("GET", path + "/requests?limit=200")]);
   if (!location.hash.startsWith("#/task/")) return;  // the operator moved on meanwhile
   const stop = t.status === "stopped" ? h("div", { class: "card stopbox", id: "stop-card" },
     h("h2", {}, `Stopped: ${t.stop_reason}`), h("p", { class: "sentence", id: "stop-message-text" }, t.stop_message),

@@ -1,0 +1,204 @@
+"""The fleet's numbers over time and one task's requests, from the request log
+(:mod:`app.console.request_log`): ``GET /admin/stats`` and ``GET /admin/tasks/{id}/requests``.
+
+``/admin/stats?since=&until=&step=`` buckets in SQL (one ``GROUP BY`` per series over the
+``finished_at`` / ``created_at`` indexes): requests, tokens and dollars per bucket and model
+(the :data:`TOP_MODELS` busiest models of the period by name, the rest as ``other``), stops
+per bucket and reason (``task_events``), the top tasks of the period by dollars and by
+requests, and the tasks stopped in the period with the sentence their requests get. Times
+are UTC; ``step`` is in seconds; at most :data:`MAX_BUCKETS` buckets.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from datetime import datetime, timedelta, timezone
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+from pydantic import BaseModel, Field
+
+from app.admin import schemas
+from app.admin.errors import AdminError, responses
+from app.admission.refusals import stop_message
+from app.db.bounds import INT8_MAX
+from app.task import Task
+
+router = APIRouter()
+
+MAX_BUCKETS = 1000
+TOP_MODELS = 6
+TOP_TASKS = 10
+STOPPED_SHOWN = 50
+#: Default number of buckets when ``step`` is not given.
+DEFAULT_BUCKETS = 60
+
+_SERIES = """
+SELECT floor(extract(epoch FROM finished_at - $1) / $3)::int AS bucket, coalesce(model, '') AS model,
+       count(*) AS requests, sum(input_tokens + output_tokens) AS tokens, coalesce(sum(cost_usd), 0) AS cost
+FROM request_log WHERE finished_at >= $1 AND finished_at < $2 GROUP BY 1, 2
+"""
+_STOPS = """
+SELECT floor(extract(epoch FROM created_at - $1) / $3)::int AS bucket, coalesce(reason, '') AS reason,
+       count(*) AS stops
+FROM task_events WHERE kind = 'stopped' AND created_at >= $1 AND created_at < $2 GROUP BY 1, 2
+"""
+_TOP = """
+SELECT task_id, count(*) AS requests, sum(input_tokens + output_tokens) AS tokens,
+       coalesce(sum(cost_usd), 0) AS cost
+FROM request_log WHERE finished_at >= $1 AND finished_at < $2 GROUP BY task_id
+ORDER BY {order} LIMIT $3
+"""
+_STOPPED = ("SELECT * FROM tasks WHERE stopped_at >= $1 AND stopped_at < $2"
+            " ORDER BY stopped_at DESC LIMIT $3")
+_REQUESTS = ("SELECT id, finished_at, endpoint, model, provider, status, outcome, stream, input_tokens,"
+             " output_tokens, cost_usd, duration_ms, request_id FROM request_log"
+             " WHERE task_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3")
+
+
+class TaskTotal(BaseModel):
+    task_id: str
+    requests: int
+    tokens: int
+    cost_usd: float = Field(description="US dollars.")
+
+
+class StoppedTask(BaseModel):
+    id: str
+    stop_reason: str | None
+    stopped_at: datetime
+    stop_message: str | None
+
+
+class Totals(BaseModel):
+    requests: int
+    tokens: int
+    cost_usd: float
+    stops: int
+
+
+class Stats(BaseModel):
+    """Series are lists aligned with ``buckets`` (each bucket's start, UTC)."""
+
+    since: datetime
+    until: datetime
+    step_s: int
+    buckets: list[datetime]
+    requests: dict[str, list[int]] = Field(description="Per model (``other``: the rest).")
+    tokens: dict[str, list[int]] = Field(description="Input + output tokens per model.")
+    cost_usd: dict[str, list[float]] = Field(description="US dollars per model.")
+    stops: dict[str, list[int]] = Field(description="Stops per stop reason.")
+    totals: Totals
+    top_by_cost: list[TaskTotal]
+    top_by_requests: list[TaskTotal]
+    stopped: list[StoppedTask] = Field(description=f"Tasks stopped in the period, newest first "
+                                       f"(at most {STOPPED_SHOWN}).")
+
+
+class RequestRow(BaseModel):
+    id: int
+    finished_at: datetime
+    endpoint: str
+    model: str | None
+    provider: str | None
+    status: int | None
+    outcome: str
+    stream: bool
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None = Field(description="US dollars; null: not priced.")
+    duration_ms: float = Field(description="From admission to the client's last byte.")
+    request_id: str | None
+
+
+class RequestList(BaseModel):
+    data: list[RequestRow] = Field(description="Newest first.")
+    has_more: bool
+    next_before: int | None
+
+
+def _utc(t: datetime) -> datetime:
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+
+
+def period(since: datetime | None, until: datetime | None, step: int | None,
+           now: datetime) -> tuple[datetime, datetime, int, int]:
+    """``(since, until, step_s, buckets)`` of a stats query (pure); defaults: the last hour,
+    in :data:`DEFAULT_BUCKETS` buckets. Raises :class:`AdminError` 422."""
+    try:
+        until = _utc(until) if until is not None else now
+        since = _utc(since) if since is not None else until - timedelta(hours=1)
+    except (OverflowError, ValueError):
+        raise AdminError(422, "validation_error", "since/until out of range.", "query.since") from None
+    span = (until - since).total_seconds()
+    if span <= 0:
+        raise AdminError(422, "validation_error", "since must be before until.", "query.since")
+    step = step or max(1, math.ceil(span / DEFAULT_BUCKETS))
+    buckets = math.ceil(span / step)
+    if buckets > MAX_BUCKETS:
+        raise AdminError(422, "validation_error", f"{buckets} buckets of {step} s; at most {MAX_BUCKETS} "
+                         "(choose a larger step or a shorter period).", "query.step")
+    return since, until, step, buckets
+
+
+def _fold(rows: list, key: str, value: str, n: int, keep: set[str] | None) -> dict[str, list]:
+    out: dict[str, list] = defaultdict(lambda: [0] * n)
+    for r in rows:
+        name = r[key] if keep is None or r[key] in keep else "other"
+        if 0 <= r["bucket"] < n:
+            out[name or "none"][r["bucket"]] += r[value]
+    return dict(out)
+
+
+@router.get("/stats", response_model=Stats, responses=responses())
+async def stats(request: Request,
+                since: datetime | None = Query(None, description="Start (ISO 8601, UTC if no zone); "
+                                               "default an hour before until."),
+                until: datetime | None = Query(None, description="End (ISO 8601); default now."),
+                step: int | None = Query(None, ge=1, le=INT8_MAX, description="Bucket width, seconds.")
+                ) -> Stats:
+    """Requests, tokens, dollars and stops over time for the whole fleet, the top tasks,
+    and the tasks stopped in the period."""
+    since, until, step, n = period(since, until, step, datetime.now(timezone.utc))
+    async with request.app.state.db.acquire() as conn:
+        series = await conn.fetch(_SERIES, since, until, float(step))
+        stop_rows = await conn.fetch(_STOPS, since, until, float(step))
+        by_cost = await conn.fetch(_TOP.format(order="cost DESC, requests DESC, task_id"), since, until, TOP_TASKS)
+        by_requests = await conn.fetch(_TOP.format(order="requests DESC, cost DESC, task_id"), since, until,
+                                       TOP_TASKS)
+        stopped = await conn.fetch(_STOPPED, since, until, STOPPED_SHOWN)
+    per_model: dict[str, int] = defaultdict(int)
+    for r in series:
+        per_model[r["model"]] += r["requests"]
+    keep = set(sorted(per_model, key=lambda m: (-per_model[m], m))[:TOP_MODELS])
+    cost = {m: [float(v) for v in vs] for m, vs in _fold(series, "model", "cost", n, keep).items()}
+    return Stats(
+        since=since, until=until, step_s=step, buckets=[since + timedelta(seconds=step * i) for i in range(n)],
+        requests=_fold(series, "model", "requests", n, keep), tokens=_fold(series, "model", "tokens", n, keep),
+        cost_usd=cost, stops=_fold(stop_rows, "reason", "stops", n, None),
+        totals=Totals(requests=sum(r["requests"] for r in series), tokens=sum(r["tokens"] for r in series),
+                      cost_usd=float(sum(r["cost"] for r in series)), stops=sum(r["stops"] for r in stop_rows)),
+        top_by_cost=[TaskTotal(task_id=r["task_id"], requests=r["requests"], tokens=r["tokens"],
+                               cost_usd=float(r["cost"])) for r in by_cost],
+        top_by_requests=[TaskTotal(task_id=r["task_id"], requests=r["requests"], tokens=r["tokens"],
+                                   cost_usd=float(r["cost"])) for r in by_requests],
+        stopped=[StoppedTask(id=r["id"], stop_reason=r["stop_reason"], stopped_at=r["stopped_at"],
+                             stop_message=stop_message(Task.from_row(r))) for r in stopped])
+
+
+@router.get("/tasks/{task_id}/requests", response_model=RequestList, responses=responses(404))
+async def task_requests(request: Request,
+                        task_id: Annotated[str, Path(pattern=schemas.TASK_ID_PATTERN, description="The task's id.")],
+                        before: int = Query(INT8_MAX, ge=1, le=INT8_MAX, description="Rows before this id."),
+                        limit: int = Query(200, ge=1, le=5000)) -> RequestList:
+    """The task's relayed requests from the request log, newest first: time, endpoint,
+    model, status, outcome, tokens, dollars, duration and request id."""
+    async with request.app.state.db.acquire() as conn:
+        if await conn.fetchval("SELECT 1 FROM tasks WHERE id = $1", task_id) is None:
+            raise AdminError(404, "task_not_found", f"No task with id '{task_id}'.", "task_id")
+        rows = await conn.fetch(_REQUESTS, task_id, before, limit + 1)
+    page = [RequestRow.model_validate({**dict(r), "cost_usd": None if r["cost_usd"] is None
+                                       else float(r["cost_usd"])}) for r in rows[:limit]]
+    more = len(rows) > limit
+    return RequestList(data=page, has_more=more, next_before=page[-1].id if more and page else None)
