@@ -147,7 +147,7 @@ conversations = Table(
     Column("anchor_model", Text),
 )
 
-#: The request log (migration 0005): one row per relayed response, written by the console
+#: The request log (migration 0006): one row per relayed response, written by the console
 #: (:mod:`app.console.request_log`, batched, off the request path) for the dashboard's
 #: overview and task timeline and ``GET /admin/stats``; rows older than
 #: ``TASKGATE_REQUEST_LOG_RETENTION_S`` are deleted. ``cost_usd`` in US dollars (NULL: not

@@ -107,7 +107,7 @@ export async function taskView(ctx, id) {
   const path = "/admin/tasks/" + encodeURIComponent(id);
   const [t, events, ledger, requests] = await Promise.all([api("GET", path), api("GET", path + "/events"),
     api("GET", path + "/tool-calls"), api("GET", path + "/requests?limit=200")]);
-  if (!location.hash.startsWith("#/task/")) return;  // the operator moved on meanwhile
+  if (decodeURIComponent(location.hash) !== "#/task/" + id) return;  // the operator moved on meanwhile
   const stop = t.status === "stopped" ? h("div", { class: "card stopbox", id: "stop-card" },
     h("h2", {}, `Stopped: ${t.stop_reason}`), h("p", { class: "sentence", id: "stop-message-text" }, t.stop_message),
     detailWords(t.stop_detail)) : null;

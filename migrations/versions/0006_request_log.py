@@ -1,15 +1,15 @@
 """The request log (issue 22): one row per relayed response, for the dashboard's overview
 and task timeline and ``GET /admin/stats``; and indexes for stops by time.
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-12-01
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005"
-down_revision = "0004"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
