@@ -28,6 +28,9 @@ providers:
     kind: anthropic
     base_url: {claude}
     api_key: sk-ant-file-key
+  broken:
+    kind: openai
+    base_url: http://127.0.0.1:99999/v1
 models:
   - name: gpt-4.1-mini
     provider: main
@@ -36,6 +39,8 @@ models:
     upstream_model: qwen2.5-coder-7b-instruct
   - name: "claude-*"
     provider: claude
+  - name: "unbuildable-*"
+    provider: broken
 """
 
 
@@ -110,6 +115,24 @@ def test_unroutable_models_are_refused_before_admission(routed: GatewayProcess, 
     else:
         assert r.json()["error"]["code"] == code
     assert _counted(admin, task_id) == 0
+    assert all(not server.requests for server in providers)
+
+
+def test_a_request_that_cannot_be_built_is_refused_and_not_counted(routed: GatewayProcess, providers: tuple) -> None:
+    """The upstream URL and headers are checked before admission (the body is added
+    after it), so a request that cannot be built is a 400 and nothing is counted or
+    reserved; here a provider's port is out of range."""
+    admin = Admin(routed.url)
+    task_id, token = admin.create_task(token_limit=100_000)
+    before = admin.task(task_id)
+    r = httpx.post(routed.url + "/v1/chat/completions", headers={"authorization": f"Bearer {token}"},
+                   json={"model": "unbuildable-1", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "invalid_request"
+    after = admin.task(task_id)
+    assert _counted(admin, task_id) == 0 and after["status"] == before["status"] == "active"
+    assert {k: after[k] for k in before if "reserved" in k or "spent" in k} == \
+        {k: before[k] for k in before if "reserved" in k or "spent" in k}
     assert all(not server.requests for server in providers)
 
 

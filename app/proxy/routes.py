@@ -64,6 +64,7 @@ from app.proxy.providers import (
     model_list_body,
     route_request,
 )
+from app.proxy.transport import UpstreamTarget
 from app.proxy.upstream import request_headers, upstream_url
 from app.proxy.usage_chunk import needs_usage
 from app.request_ids import REQUEST_ID
@@ -132,15 +133,16 @@ def _checked_headers(request: Request) -> tuple[dict[str, str], str]:
     return headers, token
 
 
-def _upstream_request(request: Request, method: str, body: bytes | None,
-                      provider: Provider) -> httpx.Request:
-    """The request to send upstream; built before admission, so that nothing the client
-    sent can make it fail after the reservation (400 ``invalid_request`` if it does)."""
+def _upstream_target(request: Request, method: str, provider: Provider) -> UpstreamTarget:
+    """Where the request goes upstream, with its headers, validated before admission:
+    nothing the client sent can make the request fail to build after the reservation
+    (400 ``invalid_request`` here if it would); the body is added once, after admission
+    (:meth:`~app.proxy.transport.UpstreamTarget.with_body`)."""
     state = request.app.state
     try:
-        return state.client.build_request(
-            method, upstream_url(provider, *target(request.scope)), content=body,
-            headers=request_headers(provider, request.scope["headers"], state.settings.forward_proxy_headers))
+        return state.client.target(
+            method, upstream_url(provider, *target(request.scope)),
+            request_headers(provider, request.scope["headers"], state.settings.forward_proxy_headers))
     except (httpx.InvalidURL, ValueError) as exc:
         raise GatewayError(400, "invalid_request_error", "invalid_request",
                            f"taskgate cannot forward this request ({type(exc).__name__}). Nothing "
@@ -179,7 +181,7 @@ async def proxy_post(request: Request) -> Response:
             body = rewrite_model(body, route.upstream_model)
             payload["model"] = route.upstream_model
     stream_requested = payload.get("stream") is True
-    upstream_request = _upstream_request(request, "POST", body, provider)
+    destination = _upstream_target(request, "POST", provider)
     conv_key, model, guard, continued, seen_answer = "", None, None, False, None
     if endpoint.kind == endpoints.INFERENCE:
         try:
@@ -223,10 +225,10 @@ async def proxy_post(request: Request) -> Response:
         if admitted.output_max is not None:  # the bound the reservation assumed, enforced upstream
             payload = {**payload, admitted.output_max[0]: admitted.output_max[1]}
         if notice is not None or add_usage or admitted.output_max is not None:
-            upstream_request, add_usage = _rewritten(request, upstream_request, fmt, payload, notice, add_usage)
+            body, add_usage = _forwarded_body(fmt, body, payload, notice, add_usage)
     guarded = settings.loop_guard_enabled and endpoint.kind == endpoints.INFERENCE
     return RelayResponse(
-        state.client, upstream_request, fmt,
+        state.client, destination.with_body(body), fmt,
         stream_requested=stream_requested,
         watchdog=_watchdog(policy, settings),
         total_timeout_s=policy.upstream_timeout_s,
@@ -244,22 +246,19 @@ async def proxy_post(request: Request) -> Response:
     ).track(state.open_requests, task.id).redacting(state.redactor).hiding_usage(add_usage)
 
 
-def _rewritten(request: Request, upstream_request: httpx.Request, fmt: WireFormat, payload: dict[str, Any],
-               notice: str | None, add_usage: bool) -> tuple[httpx.Request, bool]:
-    """``upstream_request`` with the body ``payload`` (which may carry the output maximum
-    the dollar ceiling adds), the loop warning ``notice`` added to it and/or
-    ``stream_options.include_usage`` set (:mod:`app.proxy.usage_chunk`), and whether usage
-    was added. Unchanged (and logged) if the body cannot take it: the request is admitted
-    and must go out."""
+def _forwarded_body(fmt: WireFormat, body: bytes, payload: dict[str, Any], notice: str | None,
+                    add_usage: bool) -> tuple[bytes, bool]:
+    """The body to forward: ``payload`` (which may carry the output maximum the dollar
+    ceiling adds) with the loop warning ``notice`` added and/or streamed usage asked for
+    (:meth:`~app.wire.base.WireFormat.with_stream_usage`), and whether usage was asked
+    for. ``body`` as the client sent it (and logged) if the payload cannot be encoded:
+    the request is admitted and must go out."""
     changed = fmt.with_stream_usage(payload) if add_usage else payload
     try:
-        body = json.dumps(fmt.inject_notice(changed, notice) if notice is not None else changed).encode()
+        return json.dumps(fmt.inject_notice(changed, notice) if notice is not None else changed).encode(), add_usage
     except (ValueError, TypeError, RecursionError):
         logger.warning("could not rewrite an admitted request body; forwarded it unchanged")
-        return upstream_request, False
-    return request.app.state.client.build_request(
-        "POST", upstream_request.url, content=body,
-        headers=[(k, v) for k, v in upstream_request.headers.raw if k.lower() != b"content-length"]), add_usage
+        return body, False
 
 
 async def proxy_get(request: Request) -> Response:
@@ -278,11 +277,11 @@ async def proxy_get(request: Request) -> Response:
         if state.config_from_file and endpoint.template.startswith("/v1/models"):
             return await _models_response(state, kind, path)
         provider = default_provider(state.gateway_config, kind)
-        upstream_request = _upstream_request(request, "GET", None, provider)
+        destination = _upstream_target(request, "GET", provider)
     except GatewayError as err:
         return _render(fmt, err)
     return RelayResponse(
-        state.client, upstream_request, fmt,
+        state.client, destination.with_body(None), fmt,
         stream_requested=False, watchdog=_watchdog(Policy(task, settings), settings),
         total_timeout_s=settings.upstream_timeout_s,  # a GET: the task's own applies to POSTs
         on_finish=_nothing, endpoint=path, model=None,
