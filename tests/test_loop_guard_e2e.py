@@ -133,6 +133,17 @@ def test_identical_tool_call_loop_is_stopped(gateway, admin, upstream, wire, str
     assert len(detail["arguments_hash"]) == 64 and len(detail["result_hash"]) == 64
 
 
+def test_claude_code_reminders_in_results_do_not_hide_a_loop(gateway, admin, upstream):
+    """Claude Code 2.x appends a context reminder with a new number to every tool result
+    (seen running it through the gateway: 822 identical Read calls, never stopped)."""
+    task_id, token = admin.create_task()
+    upstream.script("tool_call", name="Read", arguments={"file_path": "/repo/README.md"})
+    reminder = "1\thello\n\n<system-reminder>\n<total_tokens>{} tokens left</total_tokens>\n</system-reminder>"
+    step = anthropic_agent(gateway, token, stream=True, result=lambda i: reminder.format(14_894_599 - 94 * i))
+    turns, _ = run_until_stopped(step)
+    assert turns == 5 and admin.task(task_id)["stop_reason"] == "repeated_tool_call"
+
+
 def test_changing_results_are_not_a_loop(gateway, admin, upstream):
     task_id, token = admin.create_task()
     upstream.script("tool_call", name="check_status")

@@ -20,6 +20,13 @@ def codex_envelope(output: str, *, chunk: str = "95330b", wall: str = "1.0764", 
             f"Original token count: {tokens}\nOutput:\n{output}")
 
 
+def claude_code_read(content: str, tokens_left: int) -> str:
+    """A Read result in the shape Claude Code (2.x) sends: the file's lines, then its
+    context reminder, whose number changes on every call."""
+    return (f"{content}\n<system-reminder>\n<total_tokens>{tokens_left} tokens left</total_tokens>\n"
+            "</system-reminder>")
+
+
 LISTING = "total 8\n-rw-r--r-- 1 me me 51 Dec  1 06:54 notes.txt\n-rw-r--r-- 1 me me 15 Dec  1 06:54 app.py\n"
 
 # (input, normalised) per default rule
@@ -48,6 +55,7 @@ EXAMPLES = [
     ("elapsed 0.0012 seconds", "elapsed <elapsed>"),
     ("retrying in 2 minutes", "retrying in <elapsed>"),
     ("42 lines, 3 files, exit code 1", "42 lines, 3 files, exit code 1"),
+    (claude_code_read("1\thello\n2\n", 14894599), "1\thello\n2"),
 ]
 
 
@@ -60,6 +68,12 @@ def test_codex_results_differing_only_in_the_envelope_normalise_equal() -> None:
     a = codex_envelope(LISTING, chunk="95330b", wall="1.0764")
     b = codex_envelope(LISTING, chunk="cecc33", wall="0.0000")
     assert a != b and DEFAULT(a) == DEFAULT(b)
+
+
+def test_claude_code_results_differing_only_in_the_reminder_normalise_equal() -> None:
+    a, b = claude_code_read("1\thello\n", 14894599), claude_code_read("1\thello\n", 14894505)
+    assert a != b and DEFAULT(a) == DEFAULT(b)
+    assert DEFAULT(claude_code_read("1\thello\n", 1)) != DEFAULT(claude_code_read("1\thello!\n", 1))
 
 
 @pytest.mark.parametrize("rule", DEFAULT_RULES, ids=lambda r: r.name)

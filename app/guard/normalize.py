@@ -8,6 +8,11 @@ The ledger hashes ``normalizer(output)`` (:func:`app.guard.fingerprint.result_ha
 
 Default rules (:data:`DEFAULT_RULES`, in order):
 
+- ``system_reminder``: Claude Code appends ``<system-reminder>...</system-reminder>``
+  blocks to tool results (the context left, ``<total_tokens>14894599 tokens
+  left</total_tokens>``, a new number every call; to-do nudges; notes on changed
+  files). They are the harness talking, not the tool's output, and are removed with the
+  whitespace before them.
 - ``codex_shell_envelope``: the lines Codex CLI puts before every shell result that
   change from call to call (``Chunk ID: 95330b``, ``Wall time: 1.0764 seconds``,
   ``Original token count: 51``) are removed. ``Process exited with code N`` is kept:
@@ -83,6 +88,7 @@ def _hex_id(match: LinearMatch) -> str:
 
 #: The default rules, applied in this order (see the module docstring).
 DEFAULT_RULES: tuple[Rule, ...] = (
+    _rule("system_reminder", r"\s*<system-reminder>[\s\S]*?</system-reminder>", ""),
     _rule("codex_shell_envelope",
           r"^(?:Chunk ID: [0-9A-Za-z]+|Wall time: \d+(?:\.\d+)? seconds|Original token count: \d+)[ \t]*(?:\r?\n|\z)",
           ""),
