@@ -44,11 +44,15 @@ SELECT floor(extract(epoch FROM created_at - $1) / $3)::int AS bucket, coalesce(
        count(*) AS stops
 FROM task_events WHERE kind = 'stopped' AND created_at >= $1 AND created_at < $2 GROUP BY 1, 2
 """
+#: Both top lists from one pass over the period's rows.
 _TOP = """
-SELECT task_id, count(*) AS requests, sum(input_tokens + output_tokens) AS tokens,
-       coalesce(sum(cost_usd), 0) AS cost
-FROM request_log WHERE finished_at >= $1 AND finished_at < $2 GROUP BY task_id
-ORDER BY {order} LIMIT $3
+WITH per_task AS (
+  SELECT task_id, count(*) AS requests, sum(input_tokens + output_tokens) AS tokens,
+         coalesce(sum(cost_usd), 0) AS cost
+  FROM request_log WHERE finished_at >= $1 AND finished_at < $2 GROUP BY task_id)
+(SELECT 'cost' AS list, * FROM per_task ORDER BY cost DESC, requests DESC, task_id LIMIT $3)
+UNION ALL
+(SELECT 'requests' AS list, * FROM per_task ORDER BY requests DESC, cost DESC, task_id LIMIT $3)
 """
 _STOPPED = ("SELECT * FROM tasks WHERE stopped_at >= $1 AND stopped_at < $2"
             " ORDER BY stopped_at DESC LIMIT $3")
@@ -164,10 +168,10 @@ async def stats(request: Request,
     async with request.app.state.db.acquire() as conn:
         series = await conn.fetch(_SERIES, since, until, float(step))
         stop_rows = await conn.fetch(_STOPS, since, until, float(step))
-        by_cost = await conn.fetch(_TOP.format(order="cost DESC, requests DESC, task_id"), since, until, TOP_TASKS)
-        by_requests = await conn.fetch(_TOP.format(order="requests DESC, cost DESC, task_id"), since, until,
-                                       TOP_TASKS)
+        top = await conn.fetch(_TOP, since, until, TOP_TASKS)
         stopped = await conn.fetch(_STOPPED, since, until, STOPPED_SHOWN)
+    by_cost = [r for r in top if r["list"] == "cost"]
+    by_requests = [r for r in top if r["list"] == "requests"]
     per_model: dict[str, int] = defaultdict(int)
     for r in series:
         per_model[r["model"]] += r["requests"]
