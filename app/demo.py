@@ -86,7 +86,7 @@ def run_demo(max_turns: int = 20, tool_result: str = "") -> dict:
                 try:
                     message = agent.chat.completions.create(model="mock-model", messages=messages,
                                                             tools=tools).choices[0].message
-                except openai.PermissionDeniedError as exc:
+                except openai.BadRequestError as exc:
                     click.secho(f"turn {turn:2}: refused by taskgate (HTTP {exc.status_code}): "
                                 f"{exc.body.get('message')}", fg="red")
                     break

@@ -24,9 +24,9 @@ class GatewayError(Exception):
     """A request the gateway answers itself instead of forwarding.
 
     ``status`` is the HTTP status; ``type`` and ``code`` the OpenAI ``error.type`` and
-    ``error.code`` (``code`` doubles as the stop reason for 403 ``task_stopped``).
-    ``headers`` are added to the response (403s carry ``x-should-retry: false`` so the
-    openai and anthropic SDKs do not retry them).
+    ``error.code`` (``code`` doubles as the stop reason for ``task_stopped``).
+    ``headers`` are added to the response (refusals carry ``x-should-retry: false`` so
+    the openai and anthropic SDKs do not retry them).
     """
 
     status: int
@@ -39,13 +39,26 @@ class GatewayError(Exception):
         return f"{self.status} {self.type}/{self.code}: {self.message}"
 
 
+#: Status of the stop refusal on OpenAI endpoints (Anthropic's is its adapter's,
+#: :data:`app.wire.anthropic_messages.TASK_STOPPED_STATUS`). 400 is the one status every
+#: OpenAI client family treats as final: the openai SDKs, LangChain, Pydantic AI and
+#: smolagents retry no 4xx but 408/409/429 (and honour ``x-should-retry``), the Vercel AI
+#: SDK (opencode) retries 408/409/429, Codex CLI retries every 4xx but 400 five times, and
+#: litellm maps only 400 (BadRequestError), 401 and 404 to errors its callers treat as final
+#: (a 403 becomes a generic APIError, which Aider retries with back-off). The request is
+#: refused for the client's own state (its task is stopped) and must not be repeated; the
+#: message says so, ``type`` is ``task_stopped`` and ``code`` the stop reason.
+STOP_STATUS = 400
+
+
 def task_stopped(task_id: str, reason: str, counters: str, why: str | None = None) -> GatewayError:
-    """403 for a task whose stop latch is set (or is being set by this request).
+    """The refusal (:data:`STOP_STATUS`) for a task whose stop latch is set (or is being
+    set by this request).
 
     ``why`` is an optional sentence explaining the reason (e.g. which tool looped)."""
     because = f": {why}" if why else ""
     return GatewayError(
-        403,
+        STOP_STATUS,
         "task_stopped",
         reason,
         f"Task '{task_id}' is stopped ({reason}{because}). Counters: {counters}. "

@@ -41,7 +41,7 @@ def test_two_processes_admit_exactly_the_limit(gateway, admin, database_url, ups
         for t in threads:
             t.join()
         assert statuses.count(200) == limit, statuses
-        assert statuses.count(403) == n - limit
+        assert statuses.count(400) == n - limit
         assert len([r for r in upstream.requests if r.method == "POST"]) == limit
         for url in urls:  # GETs stay free and working on a stopped task
             r = httpx.get(url + "/v1/models", headers={"authorization": f"Bearer {token}"})
@@ -55,10 +55,10 @@ def test_latch_survives_restart(database_url, upstream):
     with GatewayProcess(database_url, upstream.base_url) as gw:
         task_id, token = Admin(gw.url).create_task(request_limit=1)
         assert _post(gw.url, token) == 200
-        assert _post(gw.url, token) == 403
+        assert _post(gw.url, token) == 400
     before = len(upstream.requests)
     with GatewayProcess(database_url, upstream.base_url) as gw:
-        assert _post(gw.url, token) == 403
+        assert _post(gw.url, token) == 400
         task = Admin(gw.url).task(task_id)
         assert task["status"] == "stopped" and task["admitted_requests"] == 1
     assert len(upstream.requests) == before

@@ -93,10 +93,10 @@ def _run(gateway, *args: str) -> subprocess.CompletedProcess:
 def test_run_agent_until_stopped(gateway, admin, wire):
     task_id = f"cli-run-{wire}"
     p = _run(gateway, "--id", task_id, "--request-limit", "3", "--", sys.executable, str(AGENT), wire)
-    assert p.returncode == 3, p.stderr  # the agent's own exit status
+    assert p.returncode == 4, p.stderr  # stopped: 4, whatever the agent's own status (3 here)
     assert p.stdout.splitlines()[:3] == [f"turn {i}: " + p.stdout.splitlines()[i - 1].split(": ", 1)[1]
                                          for i in (1, 2, 3)]
-    status = 409 if wire == "anthropic" else 403  # a stopped task on /v1/messages is a 409
+    status = 409 if wire == "anthropic" else 400  # a stopped task on /v1/messages is a 409
     assert p.stdout.splitlines()[3] == f"turn 4: refused ({status})"
     assert f"taskgate: task {task_id} stopped (request_limit); requests 3/3" in p.stderr
     assert f"taskgate: Task '{task_id}' is stopped (request_limit: it used all 3 requests" in p.stderr
@@ -113,3 +113,11 @@ def test_run_exit_status_and_active_outcome(gateway, admin):
     assert p.returncode == 7
     p = _run(gateway, "--", "/nonexistent/agent")
     assert p.returncode == 127 and "cannot start /nonexistent/agent" in p.stderr
+
+
+def test_run_exits_4_when_the_task_was_stopped_though_the_agent_exits_0(gateway, admin):
+    """An agent that swallows the refusal and exits 0 (as Aider does after an API error)."""
+    swallow = ("import subprocess, sys; subprocess.run([sys.executable, %r, 'openai'])" % str(AGENT))
+    p = _run(gateway, "--request-limit", "2", "--", sys.executable, "-c", swallow)
+    assert "stopped (request_limit)" in p.stderr
+    assert p.returncode == 4, p.stderr

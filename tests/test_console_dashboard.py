@@ -60,7 +60,7 @@ def tasks(gateway, admin, upstream):
     looped, token = admin.create_task(id=f"ui-loop-{os.getpid()}", request_limit=20)
     upstream.script("tool_call")
     step = chat_agent(gateway, token, stream=False)
-    with pytest.raises(openai.PermissionDeniedError):
+    with pytest.raises(openai.BadRequestError):
         for _ in range(12):
             step()
     upstream.reset()

@@ -42,9 +42,9 @@ def test_refusal_counts_stop_and_refusal_by_reason(gateway, admin):
     client = _client(gateway, token)
     before = scrape(gateway.url)
     client.chat.completions.create(model="mock-model", messages=USER)
-    with pytest.raises(openai.PermissionDeniedError):
+    with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="mock-model", messages=USER)
-    with pytest.raises(openai.PermissionDeniedError):
+    with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="mock-model", messages=USER)
     after = scrape(gateway.url)
     delta = lambda name, **l: sample(after, name, **l) - sample(before, name, **l)  # noqa: E731

@@ -85,7 +85,7 @@ def test_stop_is_announced_once_after_a_retry(hooked, receiver):
     receiver.statuses = [503]
     before = scrape(hooked.url)
     assert _chat(hooked, token).status_code == 200
-    assert _chat(hooked, token).status_code == 403
+    assert _chat(hooked, token).status_code == 400
     posts = receiver.wait_for(2)
     assert len(posts) == 2 and posts[0] == posts[1]  # the same document, retried once
     doc = posts[1]["body"]
@@ -98,7 +98,7 @@ def test_stop_is_announced_once_after_a_retry(hooked, receiver):
     assert doc["stopped_at"].startswith(task["stopped_at"][:16]) and doc["metadata"] == {"team": "infra"}
     time.sleep(0.3)
     assert len(receiver.posts) == 2  # a third refusal-free wait: no more posts
-    assert _chat(hooked, token).status_code == 403  # refusing again announces nothing new
+    assert _chat(hooked, token).status_code == 400  # refusing again announces nothing new
     admin.http.post(f"/admin/tasks/{task_id}/stop", json={"reason": "manual"})  # already stopped
     time.sleep(0.5)
     assert len(receiver.posts) == 2
@@ -134,6 +134,6 @@ def test_a_slow_receiver_does_not_hold_the_request(hooked, receiver):
     _, token = admin.create_task(request_limit=0)
     receiver.delay_s = 5.0
     t0 = time.monotonic()
-    assert _chat(hooked, token).status_code == 403  # this request sets the latch
+    assert _chat(hooked, token).status_code == 400  # this request sets the latch
     assert time.monotonic() - t0 < 4.0  # answered while the receiver is still sleeping
     assert len(receiver.wait_for(1)) == 1

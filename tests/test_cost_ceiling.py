@@ -81,7 +81,7 @@ def test_concurrent_requests_over_two_gateways_never_settle_past_the_ceiling(
     # latch), and once they settled the ceiling was truly reached: the first waiter to
     # decide set the latch, the rest found the task stopped
     assert statuses.count(200) == fits, statuses
-    assert statuses.count(403) == 200 - fits
+    assert statuses.count(400) == 200 - fits
     assert len(upstream.requests) == fits
     task = admin.task(task_id)
     assert task["admitted_requests"] == fits

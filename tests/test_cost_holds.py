@@ -124,7 +124,7 @@ def test_a_request_whose_worst_case_alone_passes_the_rest_of_the_ceiling_latches
             return refused, await slow, open_then
 
     refused, slow, open_then = asyncio.run(run_checked())
-    assert refused.status_code == 403 and refused.json()["error"]["code"] == "cost_limit", refused.text
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "cost_limit", refused.text
     assert open_then  # decided while the other request still held its reservation: no wait
     assert slow.status_code == 200  # the request in flight fitted: not cut
     task = _settled(admin, task_id)

@@ -2,7 +2,8 @@
 on langchain-openai, Pydantic AI and litellm as a client library each drive the scripted
 upstream through a real gateway. A run looping on one tool call is stopped by its 6th
 request with a loop reason and gives up at the refusal (none of them retries the stop:
-``refused_requests`` is 1); a run whose calls differ every time is never stopped. (smolagents:
+``refused_requests`` is 1; litellm raises BadRequestError, which agents built on it, such as
+Aider, treat as final); a run whose calls differ every time is never stopped. (smolagents:
 tests/test_text_actions_e2e.py.)"""
 
 from __future__ import annotations
@@ -92,9 +93,9 @@ def litellm_run(gateway, token: str, requests: int) -> None:
 FAMILIES = {"langgraph": langgraph_run, "pydantic_ai": pydantic_ai_run, "litellm": litellm_run}
 #: family -> the exception a stopped run ends with
 STOP_ERRORS: dict[str, type[Exception]] = {
-    "langgraph": openai.PermissionDeniedError,
+    "langgraph": openai.BadRequestError,
     "pydantic_ai": ModelHTTPError,
-    "litellm": litellm.APIError,
+    "litellm": litellm.BadRequestError,  # a 403 would be a generic APIError, retried by Aider
 }
 
 
@@ -109,6 +110,7 @@ def test_looping_run_is_stopped_by_its_6th_request(gateway, admin, upstream, fam
     task = admin.task(task_id)
     assert task["stop_reason"] == "repeated_tool_call" and task["stop_detail"]["tool_name"] == "read_file"
     assert len(upstream.requests) - before == 5 and task["refused_requests"] == 1  # no retry of the stop
+    assert getattr(exc.value, "status_code", 400) == 400
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

@@ -107,7 +107,7 @@ def test_limit_stops_task_and_sdks_do_not_retry(gateway, admin, upstream):
     chat(client)
     chat(client)
     before = len(upstream.requests)
-    with pytest.raises(openai.PermissionDeniedError) as exc:
+    with pytest.raises(openai.BadRequestError) as exc:
         chat(client)
     assert len(upstream.requests) == before  # refused without contacting upstream, no retries
     body = exc.value.body
@@ -119,7 +119,7 @@ def test_limit_stops_task_and_sdks_do_not_retry(gateway, admin, upstream):
     # the latch holds: raising the limit does not clear it
     r = admin.http.patch(f"/admin/tasks/{task_id}", json={"request_limit": 100})
     assert r.status_code == 200 and r.json()["status"] == "stopped"
-    with pytest.raises(openai.PermissionDeniedError):
+    with pytest.raises(openai.BadRequestError):
         chat(client)
     # anthropic shape for the same task: 409, so Claude Code shows a stop, not a login problem
     with pytest.raises(anthropic.ConflictError) as aexc:
@@ -221,7 +221,7 @@ def test_concurrent_requests_admit_exactly_the_limit(gateway, admin, upstream):
         t.start()
     for t in threads:
         t.join()
-    assert statuses.count(200) == limit and statuses.count(403) == n - limit
+    assert statuses.count(200) == limit and statuses.count(400) == n - limit
     assert len(upstream.requests) == limit
     assert admin.task(task_id)["admitted_requests"] == limit
 
@@ -248,7 +248,7 @@ def test_manual_stop_and_health(gateway, admin, upstream):
     task_id, token = admin.create_task()
     r = admin.http.post(f"/admin/tasks/{task_id}/stop", json={"reason": "manual", "message": "budget review"})
     assert r.json()["status"] == "stopped" and r.json()["stop_detail"]["message"] == "budget review"
-    with pytest.raises(openai.PermissionDeniedError) as exc:
+    with pytest.raises(openai.BadRequestError) as exc:
         chat(oai(gateway, token))
     assert exc.value.body["code"] == "manual"
     assert httpx.get(gateway.url + "/healthz").json() == {"status": "ok"}
@@ -260,7 +260,7 @@ def test_duration_and_token_limits(gateway, admin, upstream):
     client = oai(gateway, token)
     chat(client)
     time.sleep(0.7)
-    with pytest.raises(openai.PermissionDeniedError) as exc:
+    with pytest.raises(openai.BadRequestError) as exc:
         chat(client)
     assert exc.value.body["code"] == "max_duration"
     task_id, token = admin.create_task(token_limit=1)
@@ -269,7 +269,7 @@ def test_duration_and_token_limits(gateway, admin, upstream):
     deadline = time.monotonic() + 5  # usage is recorded just after the client has its answer
     while admin.task(task_id)["output_tokens"] == 0 and time.monotonic() < deadline:
         time.sleep(0.02)
-    with pytest.raises(openai.PermissionDeniedError) as exc:
+    with pytest.raises(openai.BadRequestError) as exc:
         chat(client)
     assert exc.value.body["code"] == "token_limit"
     assert admin.task(task_id)["stop_detail"]["token_limit"] == 1

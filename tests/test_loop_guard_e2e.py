@@ -93,7 +93,7 @@ def anthropic_agent(gateway, token: str, stream: bool, result: Callable[[int], s
     return step
 
 
-STOPPED = (openai.PermissionDeniedError, anthropic.ConflictError)
+STOPPED = (openai.BadRequestError, anthropic.ConflictError)
 
 
 def run_until_stopped(step: Callable[[], None], max_turns: int = 40) -> tuple[int, Exception]:
@@ -162,7 +162,7 @@ def test_sub_agent_conversations_are_judged_separately(gateway, admin, upstream)
         a()
         b()
     assert admin.task(task_id)["status"] == "active"
-    with pytest.raises(openai.PermissionDeniedError):
+    with pytest.raises(openai.BadRequestError):
         a()
     task = admin.task(task_id)
     assert task["stop_reason"] == "repeated_tool_call"
@@ -178,7 +178,7 @@ def test_conversations_without_session_header_keyed_by_first_messages(gateway, a
         a()
         b()
     assert admin.task(task_id)["status"] == "active"
-    with pytest.raises(openai.PermissionDeniedError):
+    with pytest.raises(openai.BadRequestError):
         b()
 
 
@@ -231,7 +231,7 @@ def test_tool_call_ceiling(gateway, admin, upstream):
         time.sleep(0.02)
     task = admin.task(task_id)
     assert task["stop_reason"] == "tool_call_limit" and task["tool_calls"] == 4
-    with pytest.raises(openai.PermissionDeniedError):
+    with pytest.raises(openai.BadRequestError):
         step()
 
 

@@ -151,7 +151,7 @@ def test_the_same_answer_five_times_stops_the_task(gateway, admin, upstream):
         step()
     task = wait_for_stop(admin, task_id)
     assert task["stop_reason"] == "repeated_response" and task["stop_detail"]["count"] == 5
-    with pytest.raises(openai.PermissionDeniedError) as exc:
+    with pytest.raises(openai.BadRequestError) as exc:
         step()
     assert "same answer without tool calls 5 times" in exc.value.message
 
@@ -189,7 +189,7 @@ def test_conversation_request_limit_counts_each_conversation(gateway, admin, ups
     for agent in (a, a, b, b, a):
         upstream.script("text", text=f"answer {time.monotonic()}")
         agent()
-    with pytest.raises(openai.PermissionDeniedError) as exc:
+    with pytest.raises(openai.BadRequestError) as exc:
         a()
     task = admin.task(task_id)
     assert task["stop_reason"] == "conversation_request_limit"
@@ -214,7 +214,7 @@ def test_conversation_max_duration(gateway, admin, upstream):
     step = text_agent(gateway, token)
     step()
     time.sleep(0.7)
-    with pytest.raises(openai.PermissionDeniedError):
+    with pytest.raises(openai.BadRequestError):
         step()
     assert admin.task(task_id)["stop_reason"] == "conversation_max_duration"
 

@@ -36,7 +36,7 @@ def test_chanting_chat_stream_is_cut_and_the_task_latched(gateway, admin, upstre
     assert "".join(pieces).count(phrase) < 60  # cut before the end of the answer
     task = wait_for_stop(admin, task_id)
     assert task["stop_reason"] == "repeated_output" and task["stop_detail"]["count"] >= 10
-    with pytest.raises(openai.PermissionDeniedError):
+    with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="mock-model", messages=USER)
 
 

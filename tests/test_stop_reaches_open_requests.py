@@ -164,7 +164,7 @@ def test_a_non_streamed_request_waiting_for_upstream_gets_the_refusal(gateway, a
     admin.http.post(f"/admin/tasks/{task_id}/stop", json={"reason": "manual"})
     took = _ended(s, t0)
     print(f"\n[{second.path}] operator stop on A -> refusal on B (non-streamed): {took * 1000:.0f} ms")
-    assert s.status == 403
+    assert s.status == 400
     assert json.loads(s.data)["error"]["code"] == "manual"
     _upstream_saw_disconnect(upstream)
     _cut_event(admin, task_id, second.path)
@@ -219,7 +219,7 @@ def test_the_request_limit_latch_leaves_requests_admitted_within_the_limit_runni
     task_id, token, s = _open(second, admin, upstream, request_limit=1)
     r = httpx.post(gateway.url + "/v1/chat/completions", headers={"authorization": f"Bearer {token}"},
                    json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
-    assert r.status_code == 403 and r.json()["error"]["code"] == "request_limit"
+    assert r.status_code == 400 and r.json()["error"]["code"] == "request_limit"
     time.sleep(1.5)
     assert s.ended_at is None  # the one admitted request is still relayed
     admin.http.post(f"/admin/tasks/{task_id}/stop", json={"reason": "manual"})  # already stopped: no-op

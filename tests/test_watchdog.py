@@ -611,7 +611,7 @@ def test_repeated_stalls_stop_the_task(gateway, admin, upstream):
     assert task["stop_detail"]["last_stall"]["endpoint"] == "/v1/messages"
     before = len(upstream.requests)
     got = relay(gateway.url, token, "chat")
-    assert got.status == 403
+    assert got.status == 400
     err = json.loads(got.body)["error"]
     assert err["type"] == "task_stopped" and err["code"] == "repeated_stalls"
     with pytest.raises(anthropic.ConflictError):

@@ -86,14 +86,14 @@ def test_the_format_is_decided_once_from_the_path_and_an_anthropic_client_header
 # --- refusals and cut streams ----------------------------------------------------------
 
 @pytest.mark.parametrize(("case", "stopped", "unavailable_", "unauthorized"), [
-    (CASES[0], (403, "task_stopped"), (503, "gateway_unavailable"), (401, "invalid_api_key")),
-    (CASES[1], (403, "task_stopped"), (503, "gateway_unavailable"), (401, "invalid_api_key")),
+    (CASES[0], (400, "task_stopped"), (503, "gateway_unavailable"), (401, "invalid_api_key")),
+    (CASES[1], (400, "task_stopped"), (503, "gateway_unavailable"), (401, "invalid_api_key")),
     (CASES[2], (409, "invalid_request_error"), (503, "overloaded_error"), (401, "authentication_error")),
 ], ids=IDS)
 def test_a_refusal_has_the_formats_status_and_type(case: Case, stopped: tuple[int, str],
                                                    unavailable_: tuple[int, str], unauthorized: tuple[int, str]) -> None:
     fmt = case.fmt
-    assert fmt.refusal(403, "task_stopped") == stopped
+    assert fmt.refusal(400, "task_stopped") == stopped
     assert fmt.refusal(503, "gateway_unavailable") == unavailable_
     assert fmt.refusal(401, "invalid_api_key") == unauthorized
     err = task_stopped("t1", "loop_detected", "1 request")

@@ -126,7 +126,7 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
     ``request_id`` goes into the events this admission records (a latch, a warning).
     Emits :data:`app.events.ADMISSION_DONE` with its duration.
 
-    Raises :class:`GatewayError`: 401 unknown token; 403 ``task_stopped`` with the
+    Raises :class:`GatewayError`: 401 unknown token; 400 ``task_stopped`` with the
     stop reason as ``code`` (``request_limit``, ``token_limit``, ``max_duration``, a
     loop-guard reason, or whatever latched the task earlier); 429 ``cost_reserved``
     when the dollar ceiling held the request for its whole wait; 503 when the database

@@ -1,6 +1,6 @@
 """Refusals of a stopped task, and the sentences that explain them.
 
-- :func:`stop_refusal`: the one 403/409 ``task_stopped`` error a stopped task's requests
+- :func:`stop_refusal`: the one 400/409 ``task_stopped`` error a stopped task's requests
   get, from admission (the request that latches and every later one) and from the stop
   watcher (open requests cut by a stop). :func:`stop_message` is its message, so the
   operator reads what the agent read; :func:`event_message` says in words what one

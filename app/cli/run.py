@@ -4,8 +4,10 @@ Creates a task over the admin API, runs the command with ``OPENAI_BASE_URL``,
 ``OPENAI_API_KEY``, ``ANTHROPIC_BASE_URL`` and ``ANTHROPIC_API_KEY`` pointing at the
 gateway with the task token (and ``TASKGATE_TASK_ID``), lets its output through as it
 comes (the agent inherits the terminal), then prints the task's outcome on stderr
-(status, the stop sentence the agent got, counters) and exits with the agent's exit
-status (128 + N when a signal N ended it; 127 when the command cannot be started).
+(status, the stop sentence the agent got, counters) and exits with
+:data:`STOPPED_EXIT_STATUS` (4) when the task was stopped, whatever the agent's own status
+(some agents exit 0 after any API error, e.g. Aider), else with the agent's exit status
+(128 + N when a signal N ended it; 127 when the command cannot be started).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ import click
 
 from app.cli.client import AdminError, connect
 from app.cli.tasks import limit_options, limits_body
+
+#: ``taskgate run``'s exit status when its task was stopped (a wrapping script can tell).
+STOPPED_EXIT_STATUS = 4
 
 
 def agent_env(url: str, task_id: str, token: str) -> dict[str, str]:
@@ -52,7 +57,8 @@ def outcome_lines(task: dict[str, Any]) -> list[str]:
               help="Gateway URL (TASKGATE_URL; default the local gateway).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(task_id: str | None, url: str | None, command: tuple[str, ...], **limits: Any) -> None:
-    """Run an agent command under a new task; exits with the agent's status.
+    """Run an agent command under a new task; exits with 4 when the task was stopped,
+    else with the agent's status.
 
     Example: taskgate run --request-limit 50 -- codex exec "fix the failing test"
     """
@@ -78,9 +84,12 @@ def run(task_id: str | None, url: str | None, command: tuple[str, ...], **limits
         code = proc.wait()
     finally:
         signal.signal(signal.SIGINT, previous)
+    stopped = False
     try:
-        for line in outcome_lines(api.task(task["id"])):
+        outcome = api.task(task["id"])
+        stopped = outcome["status"] == "stopped"
+        for line in outcome_lines(outcome):
             click.echo(line, err=True)
     except AdminError as exc:
         click.echo(f"taskgate: cannot read task {task['id']}: {exc}", err=True)
-    sys.exit(code if code >= 0 else 128 - code)
+    sys.exit(STOPPED_EXIT_STATUS if stopped else code if code >= 0 else 128 - code)

@@ -71,7 +71,7 @@ _UPSTREAM_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 60
 REQUESTS = Counter("taskgate_requests", "Proxied POSTs by endpoint, outcome (forwarded, refused, "
                    "invalid, unavailable, upstream_error), model and provider.",
                    ["endpoint", "outcome", "model", "provider"])
-REFUSALS = Counter("taskgate_refusals", "Requests refused with 403 task_stopped, by stop reason.",
+REFUSALS = Counter("taskgate_refusals", "Requests refused with task_stopped (400; 409 on /v1/messages), by stop reason.",
                    ["reason"])
 TASK_STOPS = Counter("taskgate_task_stops", "Stop latches set, by stop reason.", ["reason"])
 LOOP_WARNINGS = Counter("taskgate_loop_warnings", "Loop-guard warnings added to forwarded requests.")

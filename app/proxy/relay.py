@@ -33,7 +33,7 @@
   cancelled at once and its connection released.
 - **Stops**: :meth:`RelayResponse.cut` ends the exchange when its task is latched
   elsewhere (:mod:`app.proxy.stop_watch`): before the response has started the
-  upstream request is cancelled and the client gets the stop refusal (403/409); a
+  upstream request is cancelled and the client gets the stop refusal (400/409); a
   stream is cut at its next read (the read's timeout fires at once), its upstream
   connection closed and the client gets the format's terminal error with ``code`` =
   the stop reason. A body already being sent is left to finish.
@@ -119,7 +119,7 @@ class RelayResponse(Response):
 
     def cut(self, refusal: GatewayError) -> bool:
         """End the exchange because its task was stopped (``refusal``: the task's
-        403/409 ``task_stopped`` error). Returns ``False`` when it has already ended,
+        400/409 ``task_stopped`` error). Returns ``False`` when it has already ended,
         been cut, or is sending a complete body; safe to call at any time."""
         stream = self._stream
         if self._stop is not None or self._ended or (self._response_started and (stream is None or stream.ended)):

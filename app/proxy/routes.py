@@ -11,7 +11,7 @@ Order of checks, each answering in the endpoint's error shape; everything up to
 admission depends on the client alone, so a refused request is never counted:
 404 not an allowed endpoint → 401 missing token → 400 invalid header → 401 unknown
 token (one indexed lookup, before the body is read) → 413/408 body too large or too
-slow → 400 malformed JSON → admission (403 stopped — 409 on ``/v1/messages``, see
+slow → 400 malformed JSON → admission (400 stopped — 409 on ``/v1/messages``, see
 :meth:`app.wire.base.WireFormat.refusal` — 503 database unavailable) → upstream.
 
 Which API a request speaks is decided once, by :func:`wire_format`; the provider

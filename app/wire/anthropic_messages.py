@@ -43,7 +43,7 @@ ERROR_TYPES = {
 }
 #: Status of a ``task_stopped`` refusal. Anthropic clients read 403 as a login problem
 #: (Claude Code: "Please run /login"); 409 shows as "API Error: 409 <message>" and is
-#: not retried. (OpenAI clients show 403 ``task_stopped`` well.)
+#: not retried. (OpenAI endpoints answer :data:`app.errors.STOP_STATUS`, 400.)
 TASK_STOPPED_STATUS = 409
 
 _INPUT_FIELDS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")

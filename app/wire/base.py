@@ -188,7 +188,7 @@ class WireFormat(Protocol):
     def refusal(self, status: int, type: str) -> tuple[int, str]:
         """The HTTP status and ``error.type`` of a request the gateway refuses itself,
         in this format, from the gateway's own ``status`` and OpenAI ``error.type``
-        (e.g. ``(403, "task_stopped")``): the same pair for OpenAI formats; for
+        (e.g. ``(400, "task_stopped")``): the same pair for OpenAI formats; for
         Anthropic a stopped task is 409 and the type is Anthropic's for the status."""
         ...
 
