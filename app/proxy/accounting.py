@@ -22,7 +22,7 @@ import asyncpg
 
 from app import events
 from app.admission import in_flight
-from app.admission.anchor import anchor_after
+from app.admission.anchor import Anchor, anchor_after
 from app.admission.charge import Charge
 from app.admission.cost import settle
 from app.admission.holds import holds
@@ -147,9 +147,9 @@ class Accounting:
                 raise
             backlog.submit(write, what, self.settings.accounting_retry_s, exc)
 
-    async def _set_anchor(self, anchor: object) -> None:
+    async def _set_anchor(self, anchor: Anchor) -> None:
         async with self.pool.acquire() as conn:
-            await conversations.set_anchor(conn, self.task_id, self.conversation_key, anchor)  # type: ignore[arg-type]
+            await conversations.set_anchor(conn, self.task_id, self.conversation_key, anchor)
 
     async def _execute(self, statement: str) -> None:
         async with self.pool.acquire() as conn:
