@@ -89,7 +89,7 @@ def test_a_key_split_across_two_stream_chunks_is_redacted(raw_gateway, raw):
 @pytest.mark.parametrize("content_type", ["text/plain; charset=utf-8", "application/json", None])
 def test_a_stream_under_another_content_type_is_watched_as_a_stream(raw_gateway, raw, content_type):
     """Usage of an SSE stream sent as text/plain or JSON is recorded (the observer ran),
-    and the bytes reach the client unchanged."""
+    and the bytes reach the client unchanged (it asked for usage: nothing is hidden)."""
     admin = Admin(raw_gateway.url)
     task_id, token = admin.create_task()
     stream = _chunk("hi") + USAGE + b"data: [DONE]\n\n"
