@@ -18,6 +18,8 @@ logs, stop webhook and traces) subscribe once at start-up (:func:`app.main.creat
   itself, never forwarded (a refusal, a 4xx, a 503); emitted by the error handler.
 - :data:`COST_SETTLED` (:class:`CostSettled`): a request with a dollar reservation
   settled from upstream's usage (its reservation and its actual cost).
+- :data:`COST_HELD` (:class:`CostHeld`): a request the dollar ceiling held ended
+  (admitted, timed out, refused) after waiting.
 
 Emitting is synchronous and cheap (a loop over the subscribers); a subscriber must not
 block. One that raises is logged and skipped: the core's work never fails because an
@@ -140,6 +142,18 @@ class CostSettled:
     actual_usd: Decimal
 
 
+@dataclass(frozen=True, slots=True)
+class CostHeld:
+    """A request of ``task_id`` the dollar ceiling held (it fitted only once requests in
+    flight settled) ended ``outcome``: ``admitted``, ``timed_out`` (429 ``cost_reserved``)
+    or ``refused`` (the task stopped meanwhile, or the ceiling was truly reached), after
+    ``seconds`` of waiting."""
+
+    task_id: str
+    outcome: str
+    seconds: float
+
+
 LATCH_SET: Channel[LatchSet] = Channel("latch_set")
 EXCHANGE_STARTED: Channel[ExchangeStarted] = Channel("exchange_started")
 EXCHANGE_FINISHED: Channel[ExchangeFinished] = Channel("exchange_finished")
@@ -147,3 +161,4 @@ ADMISSION_DONE: Channel[AdmissionDone] = Channel("admission_done")
 LOOP_WARNED: Channel[LoopWarned] = Channel("loop_warned")
 GATEWAY_ANSWERED: Channel[GatewayAnswered] = Channel("gateway_answered")
 COST_SETTLED: Channel[CostSettled] = Channel("cost_settled")
+COST_HELD: Channel[CostHeld] = Channel("cost_held")

@@ -66,6 +66,14 @@ def gateways(database_url: str, pricey: UpstreamServer, tmp_path_factory: pytest
         yield one, two
 
 
+def _holds(gateway: GatewayProcess, outcome: str) -> float:
+    """``taskgate_cost_holds_total{outcome=...}`` on ``gateway``'s /metrics (0 when absent)."""
+    for line in httpx.get(gateway.url + "/metrics").text.splitlines():
+        if line.startswith(f'taskgate_cost_holds_total{{outcome="{outcome}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def _settled(admin: Admin, task_id: str, timeout: float = 20) -> dict:
     deadline = time.monotonic() + timeout
     while True:
@@ -99,6 +107,7 @@ def test_a_burst_of_parallel_requests_waits_for_holds_and_never_latches(gateways
     assert Decimal(str(task["cost_usd"])) == pytest.approx(each * 60)
     assert Decimal(str(task["cost_usd"])) <= 5 and Decimal(str(task["reserved_usd"])) == 0
     assert len(pricey.requests) == 60
+    assert _holds(one, "admitted") + _holds(two, "admitted") > 0  # they waited, and were admitted
 
 
 def test_a_request_whose_worst_case_alone_passes_the_rest_of_the_ceiling_latches_at_once(gateways, pricey: UpstreamServer) -> None:
@@ -163,3 +172,4 @@ def test_a_wait_that_times_out_is_a_429_cost_reserved_not_counted(gateways, pric
     task = _settled(admin, task_id)
     assert (task["status"], task["admitted_requests"], task["refused_requests"]) == ("active", 1, 0)
     assert len(pricey.requests) == 1
+    assert _holds(two, "timed_out") >= 1

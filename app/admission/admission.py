@@ -124,7 +124,8 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
 
     ``conversation_key`` is the request's conversation (per-conversation ceilings);
     ``request_id`` goes into the events this admission records (a latch, a warning).
-    Emits :data:`app.events.ADMISSION_DONE` with its duration.
+    Emits :data:`app.events.ADMISSION_DONE` with each attempt's duration and, for a
+    request the dollar ceiling held, :data:`app.events.COST_HELD` with how it ended.
 
     Raises :class:`GatewayError`: 401 unknown token; 400 ``task_stopped`` with the
     stop reason as ``code`` (``request_limit``, ``token_limit``, ``max_duration``, a
@@ -136,20 +137,35 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
     loop = asyncio.get_running_loop()
     started = loop.time()
     deadline: float | None = None
+    held_id: str | None = None  # the task, once the dollar ceiling held this request
+
+    def waited(outcome: str) -> None:
+        if held_id is not None:
+            events.COST_HELD.emit(events.CostHeld(held_id, outcome, loop.time() - started))
+
     while True:
         try:
-            return await _attempt(pool, token_hash, settings, guard, charge, conversation_key, request_id)
+            admitted = await _attempt(pool, token_hash, settings, guard, charge, conversation_key, request_id)
         except _NeedsHistory:
             assert charge is not None  # hashed off the row lock and the event loop, then decided again
             await asyncio.to_thread(lambda: charge.history)
+            continue
         except _Held as held:
+            held_id = held.task.id
             wait_s = held.policy.cost_wait_s
             deadline = started + wait_s if deadline is None else deadline
             left = deadline - loop.time()
             if left <= 0:
+                waited("timed_out")
                 raise ceiling.cost_reserved(held.task, held.worst_usd, loop.time() - started, wait_s) from None
             if not await holds.wait(pool, held.task.id, held.worst_usd, left):
                 deadline = loop.time()  # one last try, decided by the same rule
+            continue
+        except GatewayError:
+            waited("refused")  # stopped meanwhile, or latched: the ceiling is truly reached
+            raise
+        waited("admitted")
+        return admitted
 
 
 async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guard: GuardRequest | None,

@@ -9,6 +9,7 @@ lines and the stop webhook. :func:`subscribe` is called once by
 - loop warned: ``taskgate_loop_warnings_total``;
 - gateway answered: the refusal and error counters;
 - cost settled: ``taskgate_reservation_ratio`` (reservation / actual cost);
+- cost held: ``taskgate_cost_holds_total`` by outcome, ``taskgate_cost_hold_seconds``;
 - latch set: ``taskgate_task_stops_total`` and the stop webhook (delivered only once
   the stop is committed, see :mod:`app.console.webhook`).
 """
@@ -61,6 +62,11 @@ def cost_settled(event: events.CostSettled) -> None:
         metrics.RESERVATION_RATIO.observe(float(event.reservation_usd / event.actual_usd))
 
 
+def cost_held(event: events.CostHeld) -> None:
+    metrics.COST_HOLDS.labels(event.outcome).inc()
+    metrics.COST_HOLD_SECONDS.observe(event.seconds)
+
+
 def latch_set(event: events.LatchSet) -> None:
     """Count the stop; hand it to the webhook (delivered once the commit is visible)."""
     metrics.TASK_STOPS.labels(metrics.reason_label(event.reason)).inc()
@@ -77,3 +83,4 @@ def subscribe() -> None:
     events.GATEWAY_ANSWERED.subscribe(gateway_answered)
     events.LATCH_SET.subscribe(latch_set)
     events.COST_SETTLED.subscribe(cost_settled)
+    events.COST_HELD.subscribe(cost_held)

@@ -75,6 +75,10 @@ REFUSALS = Counter("taskgate_refusals", "Requests refused with task_stopped (400
                    ["reason"])
 TASK_STOPS = Counter("taskgate_task_stops", "Stop latches set, by stop reason.", ["reason"])
 LOOP_WARNINGS = Counter("taskgate_loop_warnings", "Loop-guard warnings added to forwarded requests.")
+COST_HOLDS = Counter("taskgate_cost_holds", "Requests the dollar ceiling held until reservations in flight "
+                     "settled, by how they ended (admitted, timed_out: 429 cost_reserved, refused).", ["outcome"])
+COST_HOLD_SECONDS = Histogram("taskgate_cost_hold_seconds", "How long held requests waited, seconds.",
+                              buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
 RESERVATION_RATIO = Histogram("taskgate_reservation_ratio",
                               "Per settled request of a task with a dollar ceiling: its worst-case "
                               "reservation divided by its actual cost (the headroom the bound costs).",
