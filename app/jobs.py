@@ -10,6 +10,7 @@ import contextlib
 import asyncpg
 
 from app.admission.reservations import sweep_forever
+from app.proxy import json_offload
 from app.settings import Settings
 
 
@@ -22,7 +23,8 @@ def start(pool: asyncpg.Pool, settings: Settings) -> list[asyncio.Task[None]]:
 
 
 async def stop(jobs: list[asyncio.Task[None]]) -> None:
-    """Cancel the jobs and wait for them to end."""
+    """Cancel the jobs and wait for them to end; stop the JSON helper process."""
+    json_offload.shutdown()
     for job in jobs:
         job.cancel()
     for job in jobs:

@@ -37,6 +37,7 @@ from app.proxy.lane import ProxyLane
 from app.proxy.open_requests import OpenRequests
 from app.proxy.redact import Redactor, provider_keys
 from app.proxy.routes import routes as proxy_routes
+from app.proxy.capacity import UpstreamSlots
 from app.proxy.stop_watch import StopWatcher
 from app.proxy.upstream import create_client
 from app.request_ids import RequestIdMiddleware
@@ -77,6 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.db = await create_pool(database_url, settings, direct=embedded_pgdata(settings) is not None)
         app.state.supervisor, supervising = supervisor.start(embedded_pgdata(settings), app.state.db)
         app.state.client = create_client(settings)
+        app.state.upstream_slots = UpstreamSlots(settings.upstream_max_connections, settings.upstream_slot_wait_s)
         app.state.open_requests = OpenRequests()
         stop_watch = StopWatcher(app.state.db, app.state.open_requests, settings,
                                  settings.listen_database_url or database_url).start()

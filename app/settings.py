@@ -126,7 +126,14 @@ class Settings(BaseSettings):
         default=600.0,
         description="Total time a non-streamed upstream response may take before 504.",
     )
-    upstream_max_connections: int = 1000
+    upstream_max_connections: int = Field(
+        default=1000, ge=1,
+        description="Upstream connections per gateway process; a request that finds none free within "
+        "upstream_slot_wait_s is refused 503 upstream_busy, not counted (app/proxy/capacity.py).")
+    upstream_slot_wait_s: float = Field(
+        default=2.0, ge=0,
+        description="Seconds a request waits for a free upstream connection before 503 upstream_busy "
+        "(with retry-after; nothing forwarded or counted).")
 
     # --- dollar ceiling (issue 19) -----------------------------------------------
     stream_usage: bool = Field(
@@ -257,6 +264,11 @@ class Settings(BaseSettings):
         description="Read tool use written as text (smolagents `Calling tools:`, ReAct `Action:`, "
         "code blocks, repeated turn pairs) from request histories without structured tool results "
         "and judge it like tool calls named `text:<name>` (app/guard/text_actions.py).",
+    )
+    json_offload_bytes: int = Field(
+        default=1 << 20, ge=0,
+        description="Request bodies of at least this many bytes are parsed in a helper process, off "
+        "the event loop (app/proxy/json_offload.py); 0 parses every body in the gateway process.",
     )
     guard_result_scan_bytes: int = Field(
         default=64 * 1024, ge=1024,

@@ -132,7 +132,9 @@ def test_a_settled_request_leaves_no_hold_and_a_live_owner_keeps_its_own(databas
     _held(database_url, task_id)
     assert admin.http.post(f"/admin/tasks/{task_id}/release-reservations").json()["released"] == 0
     thread.join(30)
-    task = admin.task(task_id)
+    deadline = time.monotonic() + 10  # settlement follows the client's last byte
+    while Decimal(str((task := admin.task(task_id))["reserved_usd"])) != 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert Decimal(str(task["reserved_usd"])) == 0 and Decimal(str(task["cost_usd"])) > 0
     assert _sql(database_url, "SELECT 1 FROM reservations WHERE task_id = $1", task_id) == []
 

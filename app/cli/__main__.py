@@ -2,4 +2,5 @@
 
 from app.cli import main
 
-main()
+if __name__ == "__main__":  # not when a spawned helper process imports it (app/proxy/json_offload.py)
+    main()

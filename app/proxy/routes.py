@@ -11,7 +11,8 @@ Order of checks, each answering in the endpoint's error shape; everything up to
 admission depends on the client alone, so a refused request is never counted:
 404 not an allowed endpoint → 401 missing token → 400 invalid header → 401 unknown
 token (one indexed lookup, before the body is read) → 413/408 body too large or too
-slow → 400 malformed JSON → admission (400 stopped — 409 on ``/v1/messages``, see
+slow → 400 malformed JSON → 503 ``upstream_busy`` no upstream connection free within
+``upstream_slot_wait_s`` (:mod:`app.proxy.capacity`) → admission (400 stopped — 409 on ``/v1/messages``, see
 :meth:`app.wire.base.WireFormat.refusal` — 503 database unavailable) → upstream.
 
 Which API a request speaks is decided once, by :func:`wire_format`; the provider
@@ -52,7 +53,8 @@ from app.guard.result_prints import config_for, fingerprints_off_loop
 from app.proxy import endpoints
 from app.proxy.accounting import Accounting
 from app.proxy.auth import require_known_token
-from app.proxy.inbound import CLOSE, check_headers, parse_json_object, read_body, token_from_headers
+from app.proxy.inbound import CLOSE, check_headers, read_body, token_from_headers
+from app.proxy.json_offload import parse_json_body
 from app.proxy.outcome import Watchdog
 from app.proxy.relay import RelayResponse
 from app.proxy.request_target import target
@@ -173,7 +175,7 @@ async def proxy_post(request: Request) -> Response:
     if endpoint.kind == endpoints.EXTRA:
         provider = default_provider(state.gateway_config, kind)
     else:
-        payload = parse_json_object(body)
+        payload = await parse_json_body(body, settings.json_offload_bytes)  # off the loop when large
         requested = payload.get("model")
         route = route_request(state.gateway_config, kind, requested if isinstance(requested, str) else None)
         provider = route.provider
@@ -211,7 +213,8 @@ async def proxy_post(request: Request) -> Response:
     if endpoint.kind != endpoints.FREE:
         charge = charge_for(route, body, payload, embeddings=path == "/v1/embeddings", what=f"POST {path}",
                             path=path)
-        admitted = await admit(pool, hashed, settings, guard, charge, conv_key, request_id)
+        slot = await state.upstream_slots.take()  # 503 upstream_busy, uncounted, when none frees in time
+        admitted = await slot.around(admit(pool, hashed, settings, guard, charge, conv_key, request_id))
         task, policy = admitted.task, admitted.policy
         reservation, price = admitted.reservation_usd, route.price if route else None
         held = admitted.reservation_id
@@ -226,13 +229,15 @@ async def proxy_post(request: Request) -> Response:
             payload = {**payload, admitted.output_max[0]: admitted.output_max[1]}
         if notice is not None or add_usage or admitted.output_max is not None:
             body, add_usage = _forwarded_body(fmt, body, payload, notice, add_usage)
+    else:
+        slot = await state.upstream_slots.take()
     guarded = settings.loop_guard_enabled and endpoint.kind == endpoints.INFERENCE
     return RelayResponse(
         state.client, destination.with_body(body), fmt,
         stream_requested=stream_requested,
         watchdog=_watchdog(policy, settings),
         total_timeout_s=policy.upstream_timeout_s,
-        on_finish=Accounting(pool, settings, task.id, conv_key, guarded, stream=stream_requested,
+        on_finish=slot.releasing(Accounting(pool, settings, task.id, conv_key, guarded, stream=stream_requested,
                              price=price, reservation_usd=reservation, count_answer=continued,
                              metered=endpoint.kind == endpoints.INFERENCE,
                              charge=charge if reservation else None,
@@ -240,7 +245,7 @@ async def proxy_post(request: Request) -> Response:
                              endpoint=path,
                              model=route.requested_model if route is not None else model,
                              provider=route.provider_name if route is not None else None,
-                             reservation_id=held),
+                             reservation_id=held)),
         endpoint=path, model=model,
         monitor=OutputMonitor(policy.repeated_output) if guarded else None,
     ).track(state.open_requests, task.id).redacting(state.redactor).hiding_usage(add_usage)
@@ -278,13 +283,14 @@ async def proxy_get(request: Request) -> Response:
             return await _models_response(state, kind, path)
         provider = default_provider(state.gateway_config, kind)
         destination = _upstream_target(request, "GET", provider)
+        slot = await state.upstream_slots.take()
     except GatewayError as err:
         return _render(fmt, err)
     return RelayResponse(
         state.client, destination.with_body(None), fmt,
         stream_requested=False, watchdog=_watchdog(Policy(task, settings), settings),
         total_timeout_s=settings.upstream_timeout_s,  # a GET: the task's own applies to POSTs
-        on_finish=_nothing, endpoint=path, model=None,
+        on_finish=slot.releasing(_nothing), endpoint=path, model=None,
     ).redacting(state.redactor)
 
 
