@@ -59,7 +59,7 @@ def test_a_refused_admission_gives_its_slot_back(capped, upstream):
     body = {"model": "mock-model", "messages": [{"role": "user", "content": "hi"}]}
     assert httpx.post(capped.url + "/v1/chat/completions", json=body, headers=h).status_code == 200
     for _ in range(CAP * 3):  # stopped: 403s, each would leak a slot if not given back
-        assert httpx.post(capped.url + "/v1/chat/completions", json=body, headers=h).status_code == 403
+        assert httpx.post(capped.url + "/v1/chat/completions", json=body, headers=h).status_code in (400, 403)
     _, other = admin.create_task()
     r = httpx.post(capped.url + "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {other}"})
     assert r.status_code == 200
