@@ -94,7 +94,7 @@ class ExchangeFinished:
     the path (``/v1/chat/completions``), ``model`` the model the client asked for (the
     configured name, before any alias), ``provider`` the configured provider's name,
     ``request_id`` the gateway's request id, ``cost_usd`` what the response costs in US
-    dollars (``None``: not priced)."""
+    dollars (``None``: not priced), ``conversation_key`` the loop guard's conversation."""
 
     task_id: str
     outcome: Outcome
@@ -105,6 +105,7 @@ class ExchangeFinished:
     provider: str | None = None
     request_id: str | None = None
     cost_usd: Decimal | None = None
+    conversation_key: str = ""
 
 
 @dataclass(frozen=True, slots=True)

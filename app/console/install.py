@@ -9,7 +9,7 @@ from starlette.responses import FileResponse
 from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 
-from app.console import listeners, metrics, request_log, webhook
+from app.console import listeners, metrics, request_log, tracing, webhook
 from app.console.docs import install_docs
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
@@ -26,6 +26,9 @@ def install(app: FastAPI) -> None:
     install_docs(app)
     metrics.configure(app.state.gateway_config)
     listeners.subscribe()
+    if tracing.setup():  # OTEL_EXPORTER_OTLP_ENDPOINT set and the otel extra installed
+        app.add_middleware(tracing.TraceMiddleware)  # outermost: it sees every /v1 POST
+        tracing.subscribe()
 
 
 async def _favicon(_request: object) -> FileResponse:
@@ -48,3 +51,4 @@ async def stopping(app: FastAPI) -> None:
         await writer.stop()
     await webhook.stop()
     metrics.process_exit()
+    tracing.shutdown()

@@ -97,7 +97,7 @@ class Accounting:
         settlement = settle(self.price, summary.usage, self.reservation_usd)
         events.EXCHANGE_FINISHED.emit(events.ExchangeFinished(
             self.task_id, outcome, self.started, self.stream, self.endpoint, self.model, self.provider,
-            self.request_id, settlement.cost_usd if settlement is not None else None))
+            self.request_id, settlement.cost_usd if settlement is not None else None, self.conversation_key))
         if not self.guard_enabled:
             summary.tool_calls = []
         if not (self.guard_enabled and self.count_answer):
