@@ -38,6 +38,7 @@ from app.wire.base import EventKind, WireFormat
 from app.wire.sse import SSEFramer
 
 Events = list[tuple[str, str]]
+_CONTENT = EventKind.CONTENT
 
 
 def watch_text(monitor: OutputMonitor | None, outcome: Outcome, text: str) -> bool:
@@ -80,6 +81,7 @@ class StreamRelay:
         end the client's body. Raises ``OSError`` when the client went away."""
         loop = asyncio.get_running_loop()
         progress, framer, watch, read = self.progress, self.framer, self.watch, chunks.__anext__
+        feed, redact, monitor = self.observer.feed, self.redact, self.monitor
         end: End | None = None
         while True:
             stop = self.stop
@@ -93,10 +95,7 @@ class StreamRelay:
                 await self._relay_rest(send, loop.time())
                 break
             except TimeoutError:
-                if progress.ended_at is None:
-                    end = silence_end(progress.watchdog, self.stop, progress.first_content_at is not None)
-                elif self.stop is None:  # after the terminal event: close it ourselves, append nothing
-                    self.outcome.detail["closed_after_grace"] = True
+                end = self._silence()
                 break
             except httpx.HTTPError as exc:
                 end = broke_off_end(exc) if progress.ended_at is None else None
@@ -104,16 +103,21 @@ class StreamRelay:
             whole, events = framer.feed(chunk)
             paused_at = loop.time()
             if whole:
-                await self._send_events(send, whole, events)
+                body = self._without_usage(whole, events) if self.hide_usage else whole
+                await send({"type": "http.response.body", "body": redact(body), "more_body": True})
             resumed_at = loop.time()
             progress.bytes_relayed += len(whole)
             if framer.overflow is not None:
                 end = too_large_end(framer.overflow) if progress.ended_at is None else None
                 break
             progress.events_relayed += len(events)
-            answering = progress.ended_at is None  # the answer's text ends with its terminal event
-            kinds = [self.observer.feed(event, data) for event, data in events]
-            repeating = answering and self.monitor is not None and self._repeating(events, kinds)
+            watching = monitor is not None and progress.ended_at is None  # the answer ends with its terminal event
+            kinds, repeating = [], False
+            for event, data in events:
+                kind = feed(event, data)
+                kinds.append(kind)
+                if watching and kind is _CONTENT and not repeating:
+                    repeating = watch_text(monitor, self.outcome, self.fmt.text_delta(event, data))
             progress.relayed(kinds, paused_at, resumed_at)
             watch.deadline = progress.deadline
             if repeating and progress.ended_at is None:  # an answer already relayed whole is not cut
@@ -121,11 +125,12 @@ class StreamRelay:
                 break
         await self._end(send, upstream, end)
 
-    async def _send_events(self, send: Send, whole: bytes, events: Events) -> None:
-        """Relay whole events, minus the usage-only one the gateway asked for."""
-        if self.hide_usage and any(self.fmt.is_usage_only(event, data) for event, data in events):
-            whole = strip_usage_chunks(whole, self.fmt.is_usage_only)
-        await send({"type": "http.response.body", "body": self.redact(whole), "more_body": True})
+    def _without_usage(self, whole: bytes, events: Events) -> bytes:
+        """Whole events to relay, minus the usage-only one the gateway asked for."""
+        is_usage_only = self.fmt.is_usage_only
+        if any(is_usage_only(event, data) for event, data in events):
+            return strip_usage_chunks(whole, is_usage_only)
+        return whole
 
     async def _relay_rest(self, send: Send, now: float) -> None:
         """Upstream closed with bytes after its last blank line: read them as the event a
@@ -143,12 +148,15 @@ class StreamRelay:
             await send({"type": "http.response.body", "body": self.redact(rest), "more_body": True})
             progress.bytes_relayed += len(rest)
 
-    def _repeating(self, events: Events, kinds: list[EventKind]) -> bool:
-        """Whether the answer text of these events makes the answer repeat itself."""
-        for (event, data), kind in zip(events, kinds):
-            if kind is EventKind.CONTENT and watch_text(self.monitor, self.outcome, self.fmt.text_delta(event, data)):
-                return True
-        return False
+    def _silence(self) -> End | None:
+        """The end of a stream whose read deadline passed: a stall or a stop before the
+        terminal event; after it, nothing is appended (the close grace passed)."""
+        progress = self.progress
+        if progress.ended_at is None:
+            return silence_end(progress.watchdog, self.stop, progress.first_content_at is not None)
+        if self.stop is None:  # after the terminal event: close it ourselves, append nothing
+            self.outcome.detail["closed_after_grace"] = True
+        return None
 
     async def _end(self, send: Send, upstream: UpstreamResponse, end: End | None) -> None:
         """Record the stream's outcome; append the format's terminal error for ``end``
