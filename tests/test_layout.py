@@ -18,6 +18,7 @@ CORE = ("app.wire", "app.config", "app.db", "app.guard", "app.admission", "app.p
 #: Above the core: the admin API, the console, the command line, the composition root.
 ABOVE = ("app.admin", "app.console", "app.cli", "app.main", "app.handlers", "app.demo",
          "app.startup", "app.server")
+MAX_LINES = 400
 
 
 def _module_name(path: Path) -> str:
@@ -109,3 +110,12 @@ def test_the_core_never_imports_the_rooms_above_it() -> None:
                     for d in deps if _within(d, ABOVE))
     assert upward == []
 
+
+def test_no_module_over_400_lines() -> None:
+    """Application, benchmark and test-support modules (test files themselves are
+    tables of cases and may run longer)."""
+    paths = [*(ROOT / "app").rglob("*.py"), *(ROOT / "bench").rglob("*.py"),
+             *(p for p in (ROOT / "tests").glob("*.py") if not p.name.startswith("test_"))]
+    long = sorted(f"{p.relative_to(ROOT)}: {n}" for p in paths
+                  if (n := len(p.read_text().splitlines())) > MAX_LINES)
+    assert long == []

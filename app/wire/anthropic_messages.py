@@ -10,7 +10,7 @@ Shapes follow the Anthropic API reference, "Messages" and "Streaming Messages":
 - response: ``content[]`` ``tool_use`` blocks; ``usage.input_tokens`` (plus
   ``cache_creation_input_tokens`` and ``cache_read_input_tokens``, which also count
   as input), ``usage.output_tokens`` and, with server-side compaction,
-  ``usage.iterations`` (one entry per sampling step; see :class:`_UsageCounter`).
+  ``usage.iterations`` (one entry per sampling step; see :class:`UsageCounter`).
 - stream: ``message_start`` (``message.usage``), ``content_block_start`` (a
   ``tool_use`` block with ``id``, ``name`` and ``input: {}``),
   ``content_block_delta`` (``text_delta``, ``thinking_delta``,
@@ -24,8 +24,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from app.wire._common import as_int, as_str, flatten_output, join_seed, loads, request_view, sse_event
-from app.wire.base import EndKind, EventKind, ProviderKind, RequestView, ResponseSummary, ToolCall, ToolResult, Usage
+from app.wire._common import as_str, flatten_output, join_seed, loads, request_view, sse_event
+from app.wire.anthropic_usage import UsageCounter, anthropic_usage
+from app.wire.base import EndKind, EventKind, ProviderKind, RequestView, ResponseSummary, ToolCall, ToolResult
 
 #: Anthropic's ``error.type`` for each HTTP status the gateway answers with
 #: (https://docs.anthropic.com/en/api/errors).
@@ -46,18 +47,6 @@ ERROR_TYPES = {
 #: not retried. (OpenAI endpoints answer :data:`app.errors.STOP_STATUS`, 400.)
 TASK_STOPPED_STATUS = 409
 
-_INPUT_FIELDS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-_COUNTED = (*_INPUT_FIELDS, "output_tokens")
-#: Cache writes with the 1-hour TTL (priced 2x input, 5-minute writes 1.25x): part of
-#: ``cache_creation_input_tokens``, broken down in ``usage.cache_creation``.
-_ONE_HOUR = "ephemeral_1h_input_tokens"
-
-
-def _one_hour(raw: dict[str, Any]) -> int | None:
-    nested = raw.get("cache_creation")
-    value = nested.get(_ONE_HOUR) if isinstance(nested, dict) else None
-    return as_int(value) if isinstance(value, int) and not isinstance(value, bool) else None
-
 
 def _blocks(content: Any) -> list[Any]:
     return content if isinstance(content, list) else []
@@ -74,78 +63,6 @@ def _tool_call(block: dict[str, Any]) -> ToolCall:
 
 def _is_tool_use(block: Any) -> bool:
     return isinstance(block, dict) and block.get("type") == "tool_use"
-
-
-class _UsageCounter:
-    """Latest value of each usage field (Anthropic stream usage is cumulative) and the
-    latest ``usage.iterations`` list.
-
-    Input counts every input token processed: ``input_tokens`` +
-    ``cache_creation_input_tokens`` + ``cache_read_input_tokens``. With server-side
-    compaction, ``usage.iterations`` lists every sampling step, and a ``compaction``
-    step is not in the top-level fields; so when iterations are present the input and
-    output counts are their sums (each never less than the top-level count).
-    """
-
-    __slots__ = ("fields", "iterations", "seen")
-
-    def __init__(self) -> None:
-        self.fields: dict[str, int] = {}
-        self.iterations: list[Any] = []
-        self.seen = False
-
-    def update(self, raw: Any) -> None:
-        if not isinstance(raw, dict):
-            return
-        self.seen = True
-        for key in _COUNTED:
-            value = raw.get(key)
-            if isinstance(value, int) and not isinstance(value, bool):
-                self.fields[key] = as_int(value)
-        one_hour = _one_hour(raw)
-        if one_hour is not None:
-            self.fields[_ONE_HOUR] = one_hour
-        iterations = raw.get("iterations")
-        if isinstance(iterations, list) and iterations:
-            self.iterations = iterations
-
-    def usage(self) -> Usage | None:
-        if not self.seen:
-            return None
-        top = _as_usage(self.fields)
-        if not self.iterations:
-            return top
-        totals = dict.fromkeys(_COUNTED, 0)
-        for step in self.iterations:
-            if isinstance(step, dict):
-                for key in _COUNTED:
-                    totals[key] += as_int(step.get(key))
-                totals[_ONE_HOUR] = totals.get(_ONE_HOUR, 0) + (_one_hour(step) or 0)
-        steps = _as_usage(totals)
-        inputs = steps if steps.input_tokens >= top.input_tokens else top
-        return Usage(
-            input_tokens=inputs.input_tokens,
-            output_tokens=max(steps.output_tokens, top.output_tokens),
-            cache_read_input_tokens=inputs.cache_read_input_tokens,
-            cache_creation_input_tokens=inputs.cache_creation_input_tokens,
-            cache_creation_1h_input_tokens=inputs.cache_creation_1h_input_tokens,
-        )
-
-
-def _as_usage(counts: dict[str, int]) -> Usage:
-    return Usage(
-        input_tokens=sum(counts.get(key, 0) for key in _INPUT_FIELDS),
-        output_tokens=counts.get("output_tokens", 0),
-        cache_read_input_tokens=counts.get("cache_read_input_tokens", 0),
-        cache_creation_input_tokens=counts.get("cache_creation_input_tokens", 0),
-        cache_creation_1h_input_tokens=min(counts.get(_ONE_HOUR, 0), counts.get("cache_creation_input_tokens", 0)),
-    )
-
-
-def _usage(raw: Any) -> Usage | None:
-    counter = _UsageCounter()
-    counter.update(raw)
-    return counter.usage()
 
 
 class _PartialCall:
@@ -187,7 +104,7 @@ class AnthropicMessagesObserver:
     def __init__(self) -> None:
         self._calls: dict[int, _PartialCall] = {}
         self._open = 0  # tool_use blocks started and not yet stopped
-        self._usage = _UsageCounter()
+        self._usage = UsageCounter()
         self._terminal = False
         self._stopped = False  # message_stop arrived (an error event ends a stream too)
 
@@ -345,7 +262,7 @@ class AnthropicMessagesFormat:
         summary.tool_calls = [
             _tool_call(b) for b in _blocks(body.get("content")) if _is_tool_use(b)
         ]
-        summary.usage = _usage(body.get("usage"))
+        summary.usage = anthropic_usage(body.get("usage"))
         return summary
 
     def text_delta(self, event: str, data: str) -> str:
