@@ -20,6 +20,11 @@ logs, stop webhook and traces) subscribe once at start-up (:func:`app.main.creat
   settled from upstream's usage (its reservation and its actual cost).
 - :data:`COST_HELD` (:class:`CostHeld`): a request the dollar ceiling held ended
   (admitted, timed out, refused) after waiting.
+- :data:`BUDGET_REFUSED` (:class:`BudgetRefused`): an exhausted budget refused a request
+  (:func:`app.admission.admission.admit`); :data:`BUDGET_EXHAUSTED`
+  (:class:`BudgetExhausted`): the first such refusal of a budget's window, across
+  processes (committed); :data:`BUDGET_SPENT` (:class:`BudgetSpent`): a request settled
+  into a budget's window (:class:`app.proxy.accounting.Accounting`).
 
 Emitting is synchronous and cheap (a loop over the subscribers); a subscriber must not
 block. One that raises is logged and skipped: the core's work never fails because an
@@ -34,6 +39,9 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Callable, Generic, TypeVar
 
 if TYPE_CHECKING:
+    from datetime import datetime
+    from decimal import Decimal
+
     from app.errors import GatewayError
     from app.proxy.outcome import Outcome
 
@@ -155,6 +163,33 @@ class CostHeld:
     seconds: float
 
 
+@dataclass(frozen=True, slots=True)
+class BudgetRefused:
+    """Budget ``budget_id`` refused a request with ``error`` (403 ``budget_exhausted``)."""
+
+    budget_id: str
+    error: GatewayError
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetExhausted:
+    """Budget ``budget_id`` ran out in its window starting at ``window_start``: its first
+    refusal there, with ``error``. Emitted once per window across processes."""
+
+    budget_id: str
+    window_start: datetime
+    error: GatewayError
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpent:
+    """A request settled into budget ``budget_id``'s window: ``cost_usd`` is the window's
+    settled dollars now."""
+
+    budget_id: str
+    cost_usd: Decimal
+
+
 LATCH_SET: Channel[LatchSet] = Channel("latch_set")
 EXCHANGE_STARTED: Channel[ExchangeStarted] = Channel("exchange_started")
 EXCHANGE_FINISHED: Channel[ExchangeFinished] = Channel("exchange_finished")
@@ -163,3 +198,6 @@ LOOP_WARNED: Channel[LoopWarned] = Channel("loop_warned")
 GATEWAY_ANSWERED: Channel[GatewayAnswered] = Channel("gateway_answered")
 COST_SETTLED: Channel[CostSettled] = Channel("cost_settled")
 COST_HELD: Channel[CostHeld] = Channel("cost_held")
+BUDGET_REFUSED: Channel[BudgetRefused] = Channel("budget_refused")
+BUDGET_EXHAUSTED: Channel[BudgetExhausted] = Channel("budget_exhausted")
+BUDGET_SPENT: Channel[BudgetSpent] = Channel("budget_spent")

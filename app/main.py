@@ -20,6 +20,7 @@ from typing import AsyncIterator
 from fastapi import FastAPI
 
 from app import handlers
+from app.admin.budgets import router as budgets_router
 from app.admin.maintenance import router as maintenance_router
 from app.admin.routes import router as admin_router
 from app.config import gateway_config
@@ -111,6 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.redactor = Redactor(provider_keys(settings, app.state.gateway_config.providers.values()))
     app.include_router(admin_router)
     app.include_router(maintenance_router)
+    app.include_router(budgets_router)
     app.router.routes.extend(proxy_routes)
     app.add_middleware(ProxyLane)  # inside the request-id middleware
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)

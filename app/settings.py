@@ -154,6 +154,13 @@ class Settings(BaseSettings):
         "0: refuse at once.",
     )
 
+    # --- fleet budgets: the clock of budget windows -------------------------------
+    clock_offset_s: float = Field(
+        default=0.0, allow_inf_nan=False,
+        description="Seconds added to the system clock when reading budget windows (day, week, month); "
+        "0 in production. Tests and drills move a gateway into the next window with it.",
+    )
+
     # --- requests ---------------------------------------------------------------
     max_body_bytes: int = Field(
         default=32 * 1024 * 1024, description="Largest request body accepted (413 above)."

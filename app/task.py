@@ -105,6 +105,8 @@ class Task:
     metadata: Mapping[str, Any]
     created_at: datetime
     updated_at: datetime
+    #: The fleet budget the task draws from (``None``: none).
+    budget_id: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Task:

@@ -17,7 +17,7 @@ _NEW_ROW: dict[str, Any] = {
     "admitted_requests": 0, "input_tokens": 0, "output_tokens": 0, "tool_calls": 0, "stalls": 0,
     "refused_requests": 0, "first_admitted_at": None, "metadata": {}, "cost_limit_usd": None,
     "cost_usd": Decimal(0), "reserved_usd": Decimal(0), "allowed_models": None,
-    "cost_wait_s": None, "default_max_output_tokens": None, "unmetered_responses": 0,
+    "cost_wait_s": None, "default_max_output_tokens": None, "unmetered_responses": 0, "budget_id": None,
     "created_at": datetime(2026, 1, 1, tzinfo=timezone.utc), "updated_at": datetime(2026, 1, 1, tzinfo=timezone.utc),
 }
 

@@ -96,8 +96,8 @@ def _response(description: str) -> dict[str, Any]:
 DESCRIPTIONS = {
     400: "Request body is not valid JSON (invalid_json).",
     401: "Missing or wrong admin token (unauthorized).",
-    404: "No such task (task_not_found).",
-    409: "Conflict (task_exists, task_not_stopped).",
+    404: "No such task, budget or key (task_not_found, budget_not_found, key_not_found).",
+    409: "Conflict (task_exists, task_not_stopped, budget_exists, budget_not_empty, budget_too_deep).",
     422: "A field, path or query parameter is invalid (validation_error; param names it).",
     500: "Internal error (internal_error; request_id names the log line).",
     503: "The database cannot be reached (database_unavailable).",

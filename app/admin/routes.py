@@ -56,12 +56,12 @@ _INSERT_COLUMNS = ("id", "token_hash", "request_limit", "max_duration_s", "token
                    "max_stalls", "stream_idle_timeout_s", "stream_first_event_timeout_s", "loop_guard",
                    "metadata", "cost_limit_usd", "allowed_models", "conversation_request_limit",
                    "conversation_tool_call_limit", "conversation_max_duration_s", "upstream_timeout_s",
-                   "cost_wait_s", "default_max_output_tokens")
+                   "cost_wait_s", "default_max_output_tokens", "budget_id")
 _INSERT = (f"INSERT INTO tasks ({', '.join(_INSERT_COLUMNS)})"
            f" VALUES ({', '.join(f'${i}' for i in range(1, len(_INSERT_COLUMNS) + 1))}) RETURNING *")
 _GET = "SELECT * FROM tasks WHERE id = $1"
 _LIST = ("SELECT * FROM tasks WHERE ($1::text IS NULL OR status = $1)"
-         " AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3")
+         " AND ($2::text IS NULL OR id > $2) AND ($4::text IS NULL OR budget_id = $4) ORDER BY id LIMIT $3")
 _EVENTS = ("SELECT id, kind, reason, detail, created_at FROM task_events WHERE task_id = $1"
            " AND id > $2 ORDER BY id LIMIT $3")
 _CALLS = ("SELECT call_id, seq, conversation_key, tool_name, arguments_hash, result_hash, is_error, is_empty,"
@@ -95,6 +95,7 @@ def _task(row: Mapping[str, Any]) -> schemas.Task:
     d = dict(row)
     d["total_tokens"] = d["input_tokens"] + d["output_tokens"]
     d["stop_message"] = stop_message(Task.from_row(row))
+    d["budget"] = d.get("budget_id")
     return schemas.Task.model_validate(d)
 
 
@@ -103,7 +104,7 @@ def _not_found(task_id: str) -> AdminError:
 
 
 @router.post("/tasks", status_code=201, response_model=schemas.TaskCreated,
-             responses=responses(400, 409))
+             responses=responses(400, 404, 409))
 async def create_task(body: schemas.TaskCreate, request: Request) -> schemas.TaskCreated:
     """Create a task and return it with its token (the only time the token is shown)."""
     settings = request.app.state.settings
@@ -111,6 +112,7 @@ async def create_task(body: schemas.TaskCreate, request: Request) -> schemas.Tas
     values = body.model_dump(exclude={"loop_guard"})
     values["id"] = body.id or "task_" + secrets.token_hex(8)
     values["token_hash"] = token_hash(token)
+    values["budget_id"] = values.pop("budget")
     if values["request_limit"] is None:
         values["request_limit"] = settings.default_request_limit
     values["loop_guard"] = body.loop_guard.model_dump(exclude_none=True) if body.loop_guard else {}
@@ -124,6 +126,9 @@ async def create_task(body: schemas.TaskCreate, request: Request) -> schemas.Tas
     except asyncpg.UniqueViolationError:
         raise AdminError(409, "task_exists", f"A task with id '{values['id']}' already exists.",
                          "id") from None
+    except asyncpg.ForeignKeyViolationError:
+        raise AdminError(404, "budget_not_found", f"No budget with id '{values['budget_id']}'.",
+                         "budget") from None
     return schemas.TaskCreated(**_task(row).model_dump(), token=token)
 
 
@@ -131,10 +136,13 @@ async def create_task(body: schemas.TaskCreate, request: Request) -> schemas.Tas
 async def list_tasks(request: Request, status: Literal["active", "stopped"] | None = None,
                      limit: int = Query(100, ge=1, le=1000),
                      after: str | None = Query(None, pattern=schemas.TASK_ID_PATTERN,
-                                               description="A task id: list tasks after it.")
+                                               description="A task id: list tasks after it."),
+                     budget: str | None = Query(None, pattern=schemas.TASK_ID_PATTERN,
+                                                description="Only the tasks drawing from this budget.")
                      ) -> schemas.TaskList:
-    """Tasks ordered by id, ``limit`` per page; filter by ``status``; page with ``after``."""
-    rows = await request.app.state.db.fetch(_LIST, status, after, limit + 1)
+    """Tasks ordered by id, ``limit`` per page; filter by ``status`` and ``budget``; page
+    with ``after``."""
+    rows = await request.app.state.db.fetch(_LIST, status, after, limit + 1, budget)
     page = [_task(r) for r in rows[:limit]]
     has_more = len(rows) > limit
     return schemas.TaskList(data=page, has_more=has_more,

@@ -147,6 +147,9 @@ class TaskCreate(TaskLimits):
     """``POST /admin/tasks`` body. Every field is optional."""
 
     id: TaskId | None = Field(None, description="Your id for the task; generated when absent.")
+    budget: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")] | None = Field(
+        None, description="The budget the task draws from (every admission also reserves against it and its "
+        "ancestors); null: none.")
     metadata: SafeJsonObject = Field(default_factory=dict, description="Free-form JSON object, stored and "
                                      "returned as is (no NUL, at most 64 KiB, 32 levels deep).")
 
@@ -214,6 +217,7 @@ class Task(BaseModel):
     unmetered_responses: int = Field(0, description="Answers upstream reported no usage for: their tokens are "
                                      "unknown (not 0) and not in input_tokens/output_tokens.")
     allowed_models: list[str] | None = None
+    budget: str | None = Field(None, description="The budget the task draws from.")
     metadata: dict[str, Any]
     first_admitted_at: datetime | None
     created_at: datetime

@@ -23,6 +23,13 @@ Every admitted POST runs one PostgreSQL transaction that holds the task's row lo
   (:func:`app.guard.conversation_rules.conversation_breach`); a task with a conversation
   request or duration ceiling never takes the fast path (its ``WHERE`` requires none).
 
+A task with a ``budget_id`` never takes the fast path: once its own checks pass, the
+request is reserved against its budget chain in the same transaction
+(:func:`app.budgets.ledger.reserve`); an exhausted budget refuses with 403
+``budget_exhausted`` (rolled back: not counted, no latch), a budget whose dollars are
+held by requests in flight holds the request like the task's own ceiling (it polls, then
+429 ``cost_reserved`` naming the budget).
+
 Every refusal of a stopped task (including the one that sets the latch) adds one to
 ``refused_requests`` and is logged, one line per task at most every 10 s
 (:mod:`app.admission.refusals`).
@@ -47,9 +54,13 @@ import asyncpg
 from app.admission import ceiling, in_flight, reservations
 from app.admission.charge import Charge, charge_refusal
 from app import events
-from app.admission.holds import holds
+from app.admission.holds import POLL_INTERVAL_S, holds
 from app.admission.limits import limit_breach
 from app.admission.refusals import count_refusal, log_refusal, stop_refusal
+from app.budgets import ledger as budget_ledger
+from app.budgets import windows
+from app.budgets.rules import Verdict as BudgetVerdict
+from app.budgets.rules import budget_exhausted, budget_reserved
 from app.db import tasks as task_rows
 from app.errors import GatewayError, fail_closed, unauthorized
 from app.guard import conversations
@@ -75,6 +86,7 @@ FAST_ADMIT = """
             OR now() < first_admitted_at + max_duration_s * interval '1 second')
        AND cost_limit_usd IS NULL AND allowed_models IS NULL
        AND conversation_request_limit IS NULL AND conversation_max_duration_s IS NULL
+       AND budget_id IS NULL
     RETURNING *
 """
 _READ_TASK = "SELECT * FROM tasks WHERE id = $1"
@@ -100,6 +112,8 @@ class Admitted:
     output_max: tuple[str, int] | None = None
     #: The ``reservations`` row of the hold (:mod:`app.admission.reservations`), if any.
     reservation_id: int | None = None
+    #: The budget windows the request was counted in (settled after the exchange).
+    budget_windows: tuple[budget_ledger.WindowKey, ...] = ()
 
 
 class _NeedsHistory(Exception):
@@ -112,15 +126,30 @@ class _Held(Exception):
     """The dollar ceiling holds the request (:data:`ceiling.Decision.HOLD`); raised in
     the admission transaction, which rolls back."""
 
-    def __init__(self, task: Task, policy: Policy, worst_usd: Decimal) -> None:
+    def __init__(self, task: Task, policy: Policy, worst_usd: Decimal, budget: BudgetVerdict | None = None) -> None:
         super().__init__(task.id)
-        self.task, self.policy, self.worst_usd = task, policy, worst_usd
+        self.task, self.policy, self.worst_usd, self.budget = task, policy, worst_usd, budget
+
+
+class _Exhausted(Exception):
+    """A budget of the chain ran out: ``refusal`` (403 ``budget_exhausted``); raised in the
+    admission transaction, which rolls back (not counted, no latch)."""
+
+    def __init__(self, refusal: GatewayError, key: budget_ledger.WindowKey) -> None:
+        super().__init__(refusal.message)
+        self.refusal, self.key = refusal, key
+
+
+#: Budget windows whose exhaustion this process has announced (once per window).
+_announced: set[budget_ledger.WindowKey] = set()
 
 
 async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
                 guard: GuardRequest | None = None, charge: Charge | None = None,
-                conversation_key: str = "", request_id: str | None = None) -> Admitted:
-    """Reserve one request for the task whose token hashes to ``token_hash``.
+                conversation_key: str = "", request_id: str | None = None,
+                task_id: str | None = None) -> Admitted:
+    """Reserve one request for the task whose token hashes to ``token_hash`` (or, for
+    the task of a budget key's run, whose id is ``task_id``).
 
     ``conversation_key`` is the request's conversation (per-conversation ceilings);
     ``request_id`` goes into the events this admission records (a latch, a warning).
@@ -130,7 +159,8 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
     Raises :class:`GatewayError`: 401 unknown token; 400 ``task_stopped`` with the
     stop reason as ``code`` (``request_limit``, ``token_limit``, ``max_duration``, a
     loop-guard reason, or whatever latched the task earlier); 429 ``cost_reserved``
-    when the dollar ceiling held the request for its whole wait; 503 when the database
+    when the dollar ceiling (the task's or a budget's) held the request for its whole
+    wait; 403 ``budget_exhausted`` when a budget of its chain ran out; 503 when the database
     cannot be reached. Any other error propagates (nothing was admitted: the
     transaction rolled back).
     """
@@ -145,7 +175,8 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
 
     while True:
         try:
-            admitted = await _attempt(pool, token_hash, settings, guard, charge, conversation_key, request_id)
+            admitted = await _attempt(pool, token_hash, settings, guard, charge, conversation_key, request_id,
+                                     task_id)
         except _NeedsHistory:
             assert charge is not None  # hashed off the row lock and the event loop, then decided again
             await asyncio.to_thread(lambda: charge.history)
@@ -157,8 +188,12 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
             left = deadline - loop.time()
             if left <= 0:
                 waited("timed_out")
+                if held.budget is not None:
+                    raise budget_reserved(held.task.id, held.budget, loop.time() - started, wait_s) from None
                 raise ceiling.cost_reserved(held.task, held.worst_usd, loop.time() - started, wait_s) from None
-            if not await holds.wait(pool, held.task.id, held.worst_usd, left):
+            if held.budget is not None:  # a budget's window: poll (settlements anywhere free it)
+                await asyncio.sleep(min(left, POLL_INTERVAL_S))
+            elif not await holds.wait(pool, held.task.id, held.worst_usd, left):
                 deadline = loop.time()  # one last try, decided by the same rule
             continue
         except GatewayError:
@@ -169,7 +204,8 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
 
 
 async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guard: GuardRequest | None,
-                   charge: Charge | None, conversation_key: str, request_id: str | None) -> Admitted:
+                   charge: Charge | None, conversation_key: str, request_id: str | None,
+                   task_id: str | None) -> Admitted:
     """One admission transaction (:func:`admit`); raises :class:`_Held` when held."""
     started = time.perf_counter()
     try:
@@ -177,44 +213,65 @@ async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guar
             async with pool.acquire() as conn:
                 global_ceiling = (settings.conversation_request_limit is not None
                                   or settings.conversation_max_duration_s is not None)
-                if guard is None and not global_ceiling:
+                if guard is None and not global_ceiling and task_id is None:
                     row = await conn.fetchrow(FAST_ADMIT, token_hash)  # its own transaction
                     if row is not None:
                         task = Task.from_row(row)
                         return Admitted(task, Policy(task, settings))
                 key = guard.conversation_key if guard is not None else conversation_key
-                return await _admit_locked(conn, token_hash, settings, guard, charge or Charge(None), key,
-                                           request_id)
+                try:
+                    return await _admit_locked(conn, token_hash, settings, guard, charge or Charge(None), key,
+                                               request_id, task_id)
+                except _Exhausted as exhausted:
+                    await _announce(conn, exhausted)
+                    raise exhausted.refusal from None
     finally:
         events.ADMISSION_DONE.emit(events.AdmissionDone(time.perf_counter() - started))
 
 
 async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Settings,
                         guard: GuardRequest | None, charge: Charge, conversation_key: str,
-                        request_id: str | None) -> Admitted:
+                        request_id: str | None, task_id: str | None) -> Admitted:
     async with conn.transaction():
-        task = await task_rows.lock_task(conn, token_hash=token_hash)
+        if task_id is not None:
+            task = await task_rows.lock_task(conn, task_id=task_id)
+        else:
+            task = await task_rows.lock_task(conn, token_hash=token_hash)
         if task is None:
             raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
-        if task.active:
-            priced = charge_refusal(task, charge)
+        active = task.active
+        budgets = await budget_ledger.chain(conn, task.budget_id) if active and task.budget_id else []
+        metered = task.cost_limit_usd is not None or budget_ledger.needs_dollars(budgets)
+        if active:
+            priced = charge_refusal(task, charge, metered=metered)
             if priced is not None:
                 raise priced  # nothing written: not counted, no latch
         policy = Policy(task, settings)
         reservation = Decimal(0)
-        if task.active and task.cost_limit_usd is not None:
+        if active and metered:
             anchor = await conversations.anchor(conn, task.id, conversation_key)
             if anchor is not None and not charge.history_known:
                 raise _NeedsHistory()  # rolls back: nothing written yet
             reservation = charge.reservation_usd(task, anchor)
-        if task.active and ceiling.task_decision(task, reservation) is ceiling.Decision.HOLD:
+        if active and ceiling.task_decision(task, reservation) is ceiling.Decision.HOLD:
             raise _Held(task, policy, reservation)  # rolls back: nothing written, the lock released
         refusal, verdict = await _judge(conn, task, policy, guard, conversation_key, reservation, request_id)
         if refusal is None:
+            keys: tuple[budget_ledger.WindowKey, ...] = ()
+            if budgets:
+                reserved = await budget_ledger.reserve(conn, budgets, reservation,
+                                                       windows.now(settings.clock_offset_s))
+                if reserved.verdict.decision is ceiling.Decision.HOLD:
+                    raise _Held(task, policy, reservation, reserved.verdict)  # rolls back
+                if reserved.verdict.decision is ceiling.Decision.LATCH:
+                    assert reserved.refused is not None
+                    raise _Exhausted(budget_exhausted(task.id, reserved.verdict), reserved.refused)
+                keys = reserved.windows
             admitted = Task.from_row(await conn.fetchrow(_COUNT, task.id, reservation))
-            held = await reservations.hold(conn, task.id, reservation, reservations.deadline_s(policy)) \
-                if reservation else None
-            return Admitted(admitted, Policy(admitted, settings), verdict, reservation, charge.added_output_max(task), held)
+            held = await reservations.hold(conn, task.id, reservation, reservations.deadline_s(policy),
+                                           keys) if reservation else None
+            return Admitted(admitted, Policy(admitted, settings), verdict, reservation, charge.added_output_max(task),
+                            held, keys)
         log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))
     # the latch and the refusal count are committed; only now refuse. A stop set just now
     # quotes the counters as they are once this judgement (which may have counted the
@@ -226,6 +283,20 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
         if row is not None and row["status"] == "stopped":
             refusal = stop_refusal(Task.from_row(row))
     raise refusal
+
+
+async def _announce(conn: asyncpg.Connection, exhausted: _Exhausted) -> None:
+    """Emit :data:`app.events.BUDGET_REFUSED`; the first refusal of a window (across
+    processes: a conditional ``UPDATE``) also emits :data:`app.events.BUDGET_EXHAUSTED`."""
+    budget_id, _ = exhausted.key
+    events.BUDGET_REFUSED.emit(events.BudgetRefused(budget_id, exhausted.refusal))
+    if exhausted.key in _announced:
+        return
+    if len(_announced) > 10_000:
+        _announced.clear()
+    _announced.add(exhausted.key)
+    if await budget_ledger.mark_exhausted(conn, exhausted.key):
+        events.BUDGET_EXHAUSTED.emit(events.BudgetExhausted(budget_id, exhausted.key[1], exhausted.refusal))
 
 
 async def _judge(conn: asyncpg.Connection, task: Task, policy: Policy,
@@ -264,8 +335,9 @@ async def _latch(conn: asyncpg.Connection, task: Task, reason: str,
     return stop_refusal(task, reason, detail)
 
 
-async def authenticate(pool: asyncpg.Pool, token_hash: str) -> Task:
-    """Look up a task by token without consuming allowance (GETs, token counting).
+async def authenticate(pool: asyncpg.Pool, token_hash: str, task_id: str | None = None) -> Task:
+    """Look up a task by token (or by ``task_id``, a budget key's run) without consuming
+    allowance (GETs, token counting).
 
     Raises 401 for an unknown token and 503 when the database cannot be reached
     (other errors propagate). A stopped task still authenticates: GETs are free and
@@ -273,7 +345,10 @@ async def authenticate(pool: asyncpg.Pool, token_hash: str) -> Task:
     """
     with fail_closed("task lookup"):
         async with pool.acquire() as conn:
-            row = await conn.fetchrow("SELECT * FROM tasks WHERE token_hash = $1", token_hash)
+            if task_id is not None:
+                row = await conn.fetchrow("SELECT * FROM tasks WHERE id = $1", task_id)
+            else:
+                row = await conn.fetchrow("SELECT * FROM tasks WHERE token_hash = $1", token_hash)
     if row is None:
         raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
     return Task.from_row(row)

@@ -137,16 +137,20 @@ def model_allowed(allowed: Sequence[str] | None, model: str | None) -> bool:
     return model is not None and any(fnmatch.fnmatchcase(model, pattern) for pattern in allowed)
 
 
-def charge_refusal(task: Task, charge: Charge) -> GatewayError | None:
+def charge_refusal(task: Task, charge: Charge, *, metered: bool | None = None) -> GatewayError | None:
     """403 when the task cannot take this request for a pricing reason, else ``None``:
-    ``model_not_allowed`` (not in ``allowed_models``), ``price_unknown`` (the task has a
-    ``cost_limit_usd`` and the request cannot be priced)."""
+    ``model_not_allowed`` (not in ``allowed_models``), ``price_unknown`` (a dollar
+    ceiling applies and the request cannot be priced). ``metered`` says whether a dollar
+    ceiling applies (the task's own or one of its budgets'); default: the task has a
+    ``cost_limit_usd``."""
     if not model_allowed(task.allowed_models, charge.model):
         allowed = ", ".join(task.allowed_models or ()) or "none"
         return GatewayError(403, "invalid_request_error", "model_not_allowed",
                             f"Task '{task.id}' may not use model '{charge.model}' (allowed_models: "
                             f"{allowed}). Nothing was forwarded or counted.", {"x-should-retry": "false"})
-    unpriced = charge.unpriced(task) if task.cost_limit_usd is not None else None
+    if metered is None:
+        metered = task.cost_limit_usd is not None
+    unpriced = charge.unpriced(task) if metered else None
     if unpriced is not None:
         if unpriced == OUTPUT_UNBOUNDED:
             fix = ("set max_tokens (max_completion_tokens, max_output_tokens) in the request, "
@@ -155,7 +159,8 @@ def charge_refusal(task: Task, charge: Charge) -> GatewayError | None:
         else:
             fix = "add a price for it (models[].price in TASKGATE_CONFIG)"
         return GatewayError(403, "invalid_request_error", "price_unknown",
-                            f"Task '{task.id}' has a cost limit and taskgate cannot bound the cost of "
+                            f"Task '{task.id}' has a cost limit (its own or its budget's) and taskgate cannot "
+                            f"bound the cost of "
                             f"{charge.what}: {fix}. Nothing was forwarded or counted.",
                             {"x-should-retry": "false"})
     return None

@@ -11,8 +11,9 @@ the amount only if the row was still there, so nothing is released twice.
 
 :func:`sweep` runs in every gateway process every ``TASKGATE_RESERVATION_SWEEP_S``
 (default 30 s): a hold past its deadline whose owner is *gone* is deleted, its amount
-taken off ``reserved_usd`` and a ``reservation_released`` event recorded, all in one
-statement (two sweepers never release one hold twice: the delete decides). An owner is
+taken off ``reserved_usd`` (and off the budget windows it also reserved in, unless its
+settlement released those already: :func:`app.budgets.ledger.settle`) and a
+``reservation_released`` event recorded, all in one statement (two sweepers never release one hold twice: the delete decides). An owner is
 gone when it ran on this host and no process with that pid and start time exists
 (:func:`owner_gone`); holds owned on another host are left to that host's gateways (or
 to the admin action). The released dollars are not charged: what the dead request cost
@@ -29,6 +30,7 @@ import os
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from functools import lru_cache
 
@@ -48,8 +50,9 @@ SWEEP_BATCH = 500
 START_TIME_TOLERANCE_S = 1.0
 
 _HOLD = (
-    "INSERT INTO reservations (task_id, amount_usd, deadline_at, owner_host, owner_pid, owner_started_at)"
-    " VALUES ($1, $2, now() + $3 * interval '1 second', $4, $5, $6) RETURNING id"
+    "INSERT INTO reservations (task_id, amount_usd, deadline_at, owner_host, owner_pid, owner_started_at,"
+    " budget_ids, budget_window_starts)"
+    " VALUES ($1, $2, now() + $3 * interval '1 second', $4, $5, $6, $7, $8) RETURNING id"
 )
 _OVERDUE = (
     "SELECT id, owner_host, owner_pid, owner_started_at, deadline_at < now() AS overdue FROM reservations"
@@ -59,7 +62,14 @@ _OVERDUE = (
 _RELEASE = """
 WITH gone AS (
     DELETE FROM reservations WHERE id = ANY($1::bigint[])
-    RETURNING id, task_id, amount_usd, deadline_at, owner_host, owner_pid),
+    RETURNING id, task_id, amount_usd, deadline_at, owner_host, owner_pid, budget_ids, budget_window_starts),
+per_window AS (
+    SELECT w.budget_id, w.window_start, sum(g.amount_usd) AS usd
+      FROM gone g, unnest(g.budget_ids, g.budget_window_starts) AS w(budget_id, window_start)
+     GROUP BY w.budget_id, w.window_start),
+budgets_released AS (
+    UPDATE budget_windows b SET reserved_usd = greatest(b.reserved_usd - p.usd, 0)
+      FROM per_window p WHERE b.budget_id = p.budget_id AND b.window_start = p.window_start RETURNING 1),
 per_task AS (
     SELECT task_id, sum(amount_usd) AS usd, count(*) AS n, array_agg(id ORDER BY id) AS ids,
            array_agg(DISTINCT owner_host || ':' || owner_pid) AS owners, max(deadline_at) AS deadline
@@ -127,10 +137,13 @@ def deadline_s(policy: Policy) -> float:
     return policy.upstream_timeout_s + policy.settings.stream_close_grace_s
 
 
-async def hold(conn: asyncpg.Connection, task_id: str, amount_usd: Decimal, seconds: float) -> int:
-    """Record one hold (inside the admission transaction); returns its id."""
+async def hold(conn: asyncpg.Connection, task_id: str, amount_usd: Decimal, seconds: float,
+               budget_windows: Sequence[tuple[str, datetime]] = ()) -> int:
+    """Record one hold (inside the admission transaction); returns its id.
+    ``budget_windows`` are the ``(budget_id, window_start)`` windows it also reserved in."""
     me = this_process()
-    return await conn.fetchval(_HOLD, task_id, amount_usd, seconds, me.host, me.pid, me.started_at)
+    return await conn.fetchval(_HOLD, task_id, amount_usd, seconds, me.host, me.pid, me.started_at,
+                               [b for b, _ in budget_windows], [w for _, w in budget_windows])
 
 
 def releasable(rows: Sequence[asyncpg.Record], here: str, started: Callable[[int], float | None],

@@ -7,6 +7,8 @@
 - ``taskgate demo``: watch the loop guard stop a looping agent, in one command.
 - ``taskgate tasks list|show|create|update|stop|resume|events|tool-calls|delete``:
   the admin API over HTTP (:mod:`app.cli.tasks`).
+- ``taskgate budgets list|show|create|update|delete|keys|key-create|key-revoke``: fleet
+  budgets (:mod:`app.cli.budgets`).
 - ``taskgate run [limits] -- <agent command ...>``: run an agent under a new task
   (:mod:`app.cli.run`).
 """
@@ -134,10 +136,12 @@ def upstream(ctx: click.Context) -> None:
 
 
 def _add_console_commands() -> None:
+    from app.cli.budgets import budgets
     from app.cli.run import run
     from app.cli.tasks import tasks
 
     main.add_command(tasks)
+    main.add_command(budgets)
     main.add_command(run)
 
 

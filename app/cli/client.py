@@ -72,10 +72,12 @@ class AdminClient:
             raise AdminError(error_message(r))
         return r.json() if r.content else None
 
-    def tasks(self, status: str | None = None, limit: int = 100) -> list[dict]:
+    def tasks(self, status: str | None = None, limit: int = 100, budget: str | None = None) -> list[dict]:
         params: dict[str, Any] = {"limit": limit}
         if status:
             params["status"] = status
+        if budget:
+            params["budget"] = budget
         return self.request("GET", "/admin/tasks", params=params)["data"]
 
     def task(self, task_id: str) -> dict:

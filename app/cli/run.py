@@ -52,11 +52,12 @@ def outcome_lines(task: dict[str, Any]) -> list[str]:
 
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.option("--id", "task_id", default=None, help="Id of the new task (generated when absent).")
+@click.option("--budget", default=None, help="The budget the new task draws from.")
 @limit_options
 @click.option("--url", envvar="TASKGATE_URL", default=None,
               help="Gateway URL (TASKGATE_URL; default the local gateway).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(task_id: str | None, url: str | None, command: tuple[str, ...], **limits: Any) -> None:
+def run(task_id: str | None, budget: str | None, url: str | None, command: tuple[str, ...], **limits: Any) -> None:
     """Run an agent command under a new task; exits with 4 when the task was stopped,
     else with the agent's status.
 
@@ -66,6 +67,8 @@ def run(task_id: str | None, url: str | None, command: tuple[str, ...], **limits
     body = limits_body(**limits)
     if task_id:
         body["id"] = task_id
+    if budget:
+        body["budget"] = budget
     try:
         task = api.create(body)
     except AdminError as exc:

@@ -99,11 +99,12 @@ def tasks() -> None:
 
 @tasks.command("list")
 @click.option("--status", type=click.Choice(["active", "stopped"]), default=None)
+@click.option("--budget", default=None, help="Only the tasks drawing from this budget.")
 @click.option("--limit", default=100, show_default=True, help="At most this many tasks.")
 @admin_command
-def list_(api: AdminClient, as_json: bool, status: str | None, limit: int) -> None:
+def list_(api: AdminClient, as_json: bool, status: str | None, budget: str | None, limit: int) -> None:
     """Tasks with their counters against their limits."""
-    rows = api.tasks(status, limit)
+    rows = api.tasks(status, limit, budget)
     render.print_json(rows) if as_json else render.print_tasks(rows)
 
 
@@ -118,13 +119,16 @@ def show(api: AdminClient, as_json: bool, task_id: str) -> None:
 
 @tasks.command()
 @click.option("--id", "task_id", default=None, help="Your id for the task (generated when absent).")
+@click.option("--budget", default=None, help="The budget the task draws from.")
 @limit_options
 @admin_command
-def create(api: AdminClient, as_json: bool, task_id: str | None, **limits: Any) -> None:
+def create(api: AdminClient, as_json: bool, task_id: str | None, budget: str | None, **limits: Any) -> None:
     """Create a task; prints its token (shown only now) and the lines to export."""
     body = limits_body(**limits)
     if task_id:
         body["id"] = task_id
+    if budget:
+        body["budget"] = budget
     task = api.create(body)
     if as_json:
         render.print_json(task)

@@ -1,4 +1,5 @@
-"""PostgreSQL schema: tasks, their event history, and the tool-call ledger.
+"""PostgreSQL schema: tasks, their event history, the tool-call ledger, and the fleet
+budgets tasks draw from (budgets, their spend per window, budget keys).
 
 SQLAlchemy Core tables (the hot paths issue hand-written SQL against them). The
 alembic migrations in ``migrations/versions`` create exactly this schema; a test
@@ -10,6 +11,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     Column,
     DateTime,
     Float,
@@ -24,7 +26,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 
 metadata = MetaData()
 
@@ -70,6 +72,8 @@ tasks = Table(
     Column("cost_wait_s", Float),
     Column("default_max_output_tokens", BigInteger),
     Column("unmetered_responses", BigInteger, nullable=False, server_default=text("0")),
+    # fleet budgets (migration 0007): the budget the task draws from
+    Column("budget_id", Text, ForeignKey("budgets.id", ondelete="RESTRICT"), index=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
@@ -122,6 +126,9 @@ reservations = Table(
     Column("owner_pid", Integer, nullable=False),
     Column("owner_started_at", Float, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # the budget windows the hold also reserved in (migration 0007); NULL once released
+    Column("budget_ids", ARRAY(Text)),
+    Column("budget_window_starts", ARRAY(DateTime(timezone=True))),
     Index("ix_reservations_deadline_at", "deadline_at"),
     Index("ix_reservations_task_id", "task_id"),
 )
@@ -176,3 +183,55 @@ request_log = Table(
 #: Stops by time for the overview (``GET /admin/stats``).
 Index("ix_task_events_stopped_at", task_events.c.created_at, postgresql_where=text("kind = 'stopped'"))
 Index("ix_tasks_stopped_at", tasks.c.stopped_at, postgresql_where=text("stopped_at IS NOT NULL"))
+
+#: A fleet budget: a ceiling (any subset of requests, tokens, dollars) its tasks and the
+#: tasks of its descendants draw from, per calendar ``window`` in ``timezone`` (NULL:
+#: lifetime). ``depth`` is 1 for a root, at most 4.
+budgets = Table(
+    "budgets",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("parent_id", Text, ForeignKey("budgets.id", ondelete="RESTRICT"), index=True),
+    Column("depth", Integer, nullable=False, server_default=text("1")),
+    Column("request_limit", BigInteger),
+    Column("token_limit", BigInteger),
+    Column("cost_limit_usd", Numeric(20, 10)),
+    Column("window", Text),
+    Column("timezone", Text, nullable=False, server_default=text("'UTC'")),
+    Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("depth BETWEEN 1 AND 4", name="ck_budgets_depth"),
+    CheckConstraint("\"window\" IS NULL OR \"window\" IN ('day', 'week', 'month')", name="ck_budgets_window"),
+)
+
+#: The spend of one budget in one window (``window_start``; the lifetime window starts
+#: at the epoch and has no end): requests admitted, tokens reported, dollars settled and
+#: reserved by requests in flight; ``exhausted_at`` when its stop webhook fired.
+budget_windows = Table(
+    "budget_windows",
+    metadata,
+    Column("budget_id", Text, ForeignKey("budgets.id", ondelete="CASCADE"), primary_key=True),
+    Column("window_start", DateTime(timezone=True), primary_key=True),
+    Column("window_end", DateTime(timezone=True)),
+    Column("admitted_requests", BigInteger, nullable=False, server_default=text("0")),
+    Column("input_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("output_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("cost_usd", Numeric(20, 10), nullable=False, server_default=text("0")),
+    Column("reserved_usd", Numeric(20, 10), nullable=False, server_default=text("0")),
+    Column("exhausted_at", DateTime(timezone=True)),
+)
+
+#: Budget keys: an API key (only its SHA-256 stored) whose every agent run gets its own
+#: task, created from ``template`` (the fields ``POST /admin/tasks`` takes).
+budget_keys = Table(
+    "budget_keys",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("budget_id", Text, ForeignKey("budgets.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("key_hash", Text, nullable=False, unique=True),
+    Column("template", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("revoked_at", DateTime(timezone=True)),
+)

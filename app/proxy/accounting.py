@@ -6,8 +6,9 @@ Runs once the client has its last byte. Stalls and truncations become task event
 ran past its ``upstream_timeout_s``) count toward the optional per-task stall
 ceiling, which latches the task with ``repeated_stalls``. An answer the relay found
 repeating itself (``repeated_output``) latches the task. The request's dollars settle
-(:func:`app.admission.cost.settle`) in the same statement as its usage. Nothing is
-refunded.
+(:func:`app.admission.cost.settle`) in the same statement as its usage; a task with a
+budget then settles its tokens and dollars into the budget windows it was admitted in
+(:func:`app.budgets.ledger.settle`, its own statement). Nothing is refunded.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ from app import events
 from app.admission import in_flight
 from app.admission.anchor import Anchor, anchor_after
 from app.admission.charge import Charge
-from app.admission.cost import settle
+from app.admission.cost import Settlement, settle
 from app.admission.holds import holds
+from app.budgets import ledger as budget_ledger
 from app.config.schema import Price
 from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
@@ -34,6 +36,7 @@ from app.db.retry import backlog
 from app.guard import conversations
 from app.guard.ledger import record_response
 from app.proxy.outcome import Outcome
+from app.wire.base import Usage
 from app.settings import Settings
 
 _EVENT_KINDS = {
@@ -81,6 +84,7 @@ class Accounting:
     model: str | None = None
     provider: str | None = None
     reservation_id: int | None = None  # the hold's row, deleted as it settles
+    budget_windows: tuple[budget_ledger.WindowKey, ...] = ()  # where the request was counted
 
     def __post_init__(self) -> None:
         events.EXCHANGE_STARTED.emit(events.ExchangeStarted(self.task_id, self.stream))
@@ -102,6 +106,10 @@ class Accounting:
             summary.tool_calls = []
         if not (self.guard_enabled and self.count_answer):
             summary.text_sha256 = None
+        # first: it releases the budget windows only while the hold's row is there
+        if self.budget_windows and (summary.usage is not None or settlement is not None):
+            await self._retried(lambda: self._settle_budgets(summary.usage, settlement),
+                                f"the budget settlement of a response of task {self.task_id}")
         if summary.tool_calls or summary.usage is not None or settlement is not None \
                 or summary.text_sha256 is not None:
             usage = summary.usage
@@ -154,6 +162,15 @@ class Accounting:
     async def _execute(self, statement: str) -> None:
         async with self.pool.acquire() as conn:
             await conn.execute(statement, self.task_id)
+
+    async def _settle_budgets(self, usage: Usage | None, settlement: Settlement | None) -> None:
+        async with self.pool.acquire() as conn:
+            spent = await budget_ledger.settle(
+                conn, self.budget_windows, usage.input_tokens if usage else 0, usage.output_tokens if usage else 0,
+                settlement.cost_usd if settlement else Decimal(0), settlement.release_usd if settlement else Decimal(0),
+                self.reservation_id)
+        for budget_id, cost_usd in spent:
+            events.BUDGET_SPENT.emit(events.BudgetSpent(budget_id, cost_usd))
 
     async def _latch(self, reason: str, detail: dict) -> None:
         async with self.pool.acquire() as conn, conn.transaction():

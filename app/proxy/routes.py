@@ -40,6 +40,8 @@ from app import events
 from app.admission.admission import admit, authenticate
 from app.admission.charge import charge_for
 from app.admission.tokens import token_hash
+from app.budgets import runs
+from app.budgets.keys import is_budget_key, run_id
 from app.config.schema import Provider
 from app.errors import GatewayError, render_error, wire_status
 from app.guard.detector import Action
@@ -162,10 +164,11 @@ async def proxy_post(request: Request) -> Response:
     headers, token = _checked_headers(request)
     pool = state.db
     hashed = token_hash(token)
-    if endpoint.kind == endpoints.FREE:
+    key = await runs.require_key(pool, token) if is_budget_key(token) else None
+    if key is None and endpoint.kind == endpoints.FREE:  # a budget key's run task is known after the body
         task = await authenticate(pool, hashed)
         policy = Policy(task, settings)
-    else:
+    elif key is None:
         await require_known_token(pool, state.known_tokens, hashed)
     body = await read_body(request.stream(), headers.get("content-length"),
                            settings.max_body_bytes, settings.body_timeout_s)
@@ -185,6 +188,7 @@ async def proxy_post(request: Request) -> Response:
     stream_requested = payload.get("stream") is True
     destination = _upstream_target(request, "POST", provider)
     conv_key, model, guard, continued, seen_answer = "", None, None, False, None
+    view = None
     if endpoint.kind == endpoints.INFERENCE:
         try:
             view = fmt.parse_request(payload)
@@ -193,6 +197,15 @@ async def proxy_post(request: Request) -> Response:
         except RecursionError:
             raise GatewayError(400, "invalid_request_error", "invalid_json",
                                "Request body is nested too deeply. Nothing was forwarded or counted.") from None
+    request_id = REQUEST_ID.get()
+    run_task = None
+    if key is not None:  # a budget key: this run's own task, created on first sight
+        run_task = await runs.ensure_run_task(pool, key, run_id(headers, settings.session_headers, conv_key),
+                                              settings.default_request_limit, request_id)
+        if endpoint.kind == endpoints.FREE:
+            task = await authenticate(pool, "", run_task)
+            policy = Policy(task, settings)
+    if view is not None:
         model = view.model
         continued = view.continued
         turns = tail(payload) if settings.loop_guard_enabled else []
@@ -204,20 +217,27 @@ async def proxy_post(request: Request) -> Response:
             guard = GuardRequest(conv_key, calls, results) if calls else None
         if guard is not None:  # fingerprinted here, off the event loop when large, not under the row lock
             guard.prints = await fingerprints_off_loop(guard.tool_calls, guard.tool_results,
-                                                       config_for(await authenticate(pool, hashed), settings))
+                                                       config_for(await authenticate(pool, hashed, run_task), settings))
     elif isinstance(payload.get("model"), str):
         model = payload["model"]
     reservation, price, add_usage, charge = Decimal(0), None, False, None  # free endpoints cost nothing
     held: int | None = None
-    request_id = REQUEST_ID.get()
+    budget_windows: tuple = ()
     if endpoint.kind != endpoints.FREE:
         charge = charge_for(route, body, payload, embeddings=path == "/v1/embeddings", what=f"POST {path}",
                             path=path)
         slot = await state.upstream_slots.take()  # 503 upstream_busy, uncounted, when none frees in time
-        admitted = await slot.around(admit(pool, hashed, settings, guard, charge, conv_key, request_id))
+        try:
+            admitted = await slot.around(admit(pool, hashed, settings, guard, charge, conv_key, request_id,
+                                               run_task))
+        except GatewayError as err:
+            if run_task is not None and err.status == 401:
+                runs.forget(run_task)  # deleted by an operator: created again at the run's next request
+            raise
         task, policy = admitted.task, admitted.policy
         reservation, price = admitted.reservation_usd, route.price if route else None
         held = admitted.reservation_id
+        budget_windows = admitted.budget_windows
         verdict = admitted.verdict
         notice = None
         if verdict is not None and verdict.action is Action.WARN:
@@ -245,7 +265,7 @@ async def proxy_post(request: Request) -> Response:
                              endpoint=path,
                              model=route.requested_model if route is not None else model,
                              provider=route.provider_name if route is not None else None,
-                             reservation_id=held)),
+                             reservation_id=held, budget_windows=budget_windows)),
         endpoint=path, model=model,
         monitor=OutputMonitor(policy.repeated_output) if guarded else None,
     ).track(state.open_requests, task.id).redacting(state.redactor).hiding_usage(add_usage)
@@ -278,7 +298,11 @@ async def proxy_get(request: Request) -> Response:
     try:
         endpoint = _endpoint(request)
         _, token = _checked_headers(request)
-        task = await authenticate(state.db, token_hash(token))
+        task: Task | None = None  # a budget key's GET belongs to no run's task
+        if is_budget_key(token):
+            await runs.require_key(state.db, token)
+        else:
+            task = await authenticate(state.db, token_hash(token))
         if state.config_from_file and endpoint.template.startswith("/v1/models"):
             return await _models_response(state, kind, path)
         provider = default_provider(state.gateway_config, kind)
@@ -288,7 +312,7 @@ async def proxy_get(request: Request) -> Response:
         return _render(fmt, err)
     return RelayResponse(
         state.client, destination.with_body(None), fmt,
-        stream_requested=False, watchdog=_watchdog(Policy(task, settings), settings),
+        stream_requested=False, watchdog=_watchdog(Policy(task, settings) if task is not None else None, settings),
         total_timeout_s=settings.upstream_timeout_s,  # a GET: the task's own applies to POSTs
         on_finish=slot.releasing(_nothing), endpoint=path, model=None,
     ).redacting(state.redactor)
@@ -337,11 +361,12 @@ async def _nothing(outcome: Any) -> None:
     return None
 
 
-def _watchdog(policy: Policy, settings: Settings) -> Watchdog:
-    """The stream watchdog of a request under ``policy``."""
+def _watchdog(policy: Policy | None, settings: Settings) -> Watchdog:
+    """The stream watchdog of a request under ``policy`` (``None``: the settings', for a
+    budget key's GET, which belongs to no task)."""
     return Watchdog(
-        first_event_timeout_s=policy.first_event_timeout_s,
-        idle_timeout_s=policy.idle_timeout_s,
+        first_event_timeout_s=policy.first_event_timeout_s if policy else settings.stream_first_event_timeout_s,
+        idle_timeout_s=policy.idle_timeout_s if policy else settings.stream_idle_timeout_s,
         heartbeats_reset=settings.heartbeats_reset_timers,
         close_grace_s=settings.stream_close_grace_s,
     )

@@ -1,0 +1,134 @@
+"""Request and response bodies of ``/admin/budgets`` (JSON shapes in the OpenAPI docs).
+
+Same rules as the task bodies (:mod:`app.admin.schemas`): only what PostgreSQL can
+hold, strict JSON types, unknown fields refused (422).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+
+from app.admin.schemas import TaskLimits
+from app.budgets.windows import timezone_names, zone
+from app.db.bounds import SafeJsonObject, SafeText, finite_number, pg_bigint
+
+#: A budget id: safe in a URL path and short enough that a run's task id
+#: (``<budget>-run-<12 hex>``) is a valid task id.
+BUDGET_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+BudgetId = Annotated[str, StringConstraints(pattern=BUDGET_ID_PATTERN)]
+#: A budget key's id (``key_`` + 16 hex).
+KEY_ID_PATTERN = r"^key_[0-9a-f]{16}$"
+#: How deep budgets nest (a root is depth 1: org > team > project > sub-project).
+MAX_DEPTH = 4
+
+
+class BudgetLimits(BaseModel):
+    """A budget's ceilings; ``null`` means none. Any subset."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_limit: pg_bigint(ge=0) | None = Field(
+        None, description="Admitted requests of all its tasks (and its descendants' tasks) per window.")
+    token_limit: pg_bigint(ge=0) | None = Field(
+        None, description="Input + output tokens upstream reported for them per window.")
+    cost_limit_usd: finite_number(ge=0, le=1e9) | None = Field(
+        None, description="Dollar ceiling per window (US dollars): worst cases reserved before dispatch, "
+        "settled after, as for a task's cost_limit_usd.")
+
+
+class BudgetCreate(BudgetLimits):
+    """``POST /admin/budgets`` body."""
+
+    id: BudgetId | None = Field(None, description="Your id for the budget; generated when absent.")
+    parent: BudgetId | None = Field(None, description=f"The budget this one nests in (depth <= {MAX_DEPTH}).")
+    window: Literal["day", "week", "month"] | None = Field(
+        None, description="Calendar window the limits apply to; null: the budget's lifetime.")
+    timezone: Annotated[SafeText, StringConstraints(min_length=1, max_length=64)] = Field(
+        "UTC", description="IANA timezone of the window's calendar, e.g. Europe/Berlin.",
+        json_schema_extra={"enum": timezone_names()})
+    metadata: SafeJsonObject = Field(default_factory=dict, description="Free-form JSON object.")
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, v: str) -> str:
+        zone(v)  # ValueError -> 422
+        return v
+
+
+class BudgetPatch(BudgetLimits):
+    """``PATCH /admin/budgets/{id}`` body: only the fields given change; ``null`` removes
+    a ceiling. Takes effect at the next admission (a refused task goes on)."""
+
+    metadata: SafeJsonObject | None = Field(None, description="Replaces the metadata; null empties it.")
+
+
+class WindowSpend(BaseModel):
+    """A budget's spend in one window."""
+
+    window_start: datetime
+    window_end: datetime | None = Field(None, description="Exclusive end; null for the lifetime window.")
+    resets_at: datetime | None = Field(None, description="When the next window opens (window_end).")
+    admitted_requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float = Field(0, description="Settled dollars (US dollars).")
+    reserved_usd: float = Field(0, description="Worst-case dollars of requests in flight (US dollars).")
+    exhausted_at: datetime | None = Field(None, description="When the window first refused a request.")
+
+
+class Budget(BaseModel):
+    """A budget as the admin API shows it."""
+
+    id: str
+    parent: str | None
+    depth: int
+    request_limit: int | None
+    token_limit: int | None
+    cost_limit_usd: float | None
+    window: Literal["day", "week", "month"] | None
+    timezone: str
+    metadata: dict[str, Any]
+    tasks: int = Field(0, description="Tasks drawing directly from this budget.")
+    children: list[str] = Field(default_factory=list, description="Budgets nested directly in this one.")
+    current: WindowSpend = Field(..., description="Spend in the current window.")
+    windows: list[WindowSpend] = Field(default_factory=list, description="Past windows, newest first "
+                                       "(at most 12; only with GET /admin/budgets/{id}).")
+    created_at: datetime
+    updated_at: datetime
+
+
+class BudgetList(BaseModel):
+    data: list[Budget]
+    has_more: bool
+    next_after: str | None = Field(None, description="Pass as ?after= for the next page.")
+
+
+class KeyCreate(BaseModel):
+    """``POST /admin/budgets/{id}/keys`` body: the template of every run's task."""
+
+    model_config = ConfigDict(extra="forbid")
+    template: TaskLimits = Field(default_factory=TaskLimits, description="Limits and loop-guard settings "
+                                 "each run's task gets (the limit fields POST /admin/tasks takes).")
+    metadata: SafeJsonObject = Field(default_factory=dict, description="Free-form JSON object.")
+
+
+class BudgetKey(BaseModel):
+    id: str
+    budget: str
+    template: dict[str, Any]
+    metadata: dict[str, Any]
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class BudgetKeyCreated(BudgetKey):
+    key: str = Field(..., description="The budget key (use it as the agent's API key). Shown only in this "
+                     "response; stored hashed.")
+
+
+class BudgetKeyList(BaseModel):
+    data: list[BudgetKey]

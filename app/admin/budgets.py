@@ -1,0 +1,231 @@
+"""``/admin/budgets``: fleet budgets and their keys (Bearer ``TASKGATE_ADMIN_TOKEN``).
+
+Create a budget (optionally nested in a parent, depth <= 4), read it with its spend in
+the current window and the windows before, list, change its limits, delete it once no
+task draws from it and no budget nests in it; create, list and revoke its budget keys
+(:mod:`app.budgets.keys`). Errors in the admin API's one shape (:mod:`app.admin.errors`):
+404 ``budget_not_found`` / ``key_not_found``, 409 ``budget_exists`` / ``budget_not_empty``,
+409 ``budget_too_deep``, 422 invalid fields.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any
+
+import asyncpg
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+
+from app.admin import budget_schemas as schemas
+from app.admin.errors import AdminError, responses
+from app.admin.routes import _require_admin
+from app.admission.tokens import token_hash
+from app.budgets import keys as budget_keys
+from app.budgets import windows
+from app.db.pool import durable
+
+router = APIRouter(prefix="/admin", tags=["budgets"], dependencies=[Depends(_require_admin)])
+
+BudgetIdPath = Annotated[str, Path(pattern=schemas.BUDGET_ID_PATTERN, description="The budget's id.")]
+KeyIdPath = Annotated[str, Path(pattern=schemas.KEY_ID_PATTERN, description="The key's id.")]
+
+_COLUMNS = ("id", "parent_id", "depth", "request_limit", "token_limit", "cost_limit_usd", "window", "timezone",
+            "metadata")
+_INSERT = ("INSERT INTO budgets (id, parent_id, depth, request_limit, token_limit, cost_limit_usd, \"window\","
+           " timezone, metadata) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING *")
+_GET = "SELECT * FROM budgets WHERE id = $1"
+_LIST = ("SELECT * FROM budgets WHERE ($1::text IS NULL OR parent_id = $1) AND ($2::text IS NULL OR id > $2)"
+         " ORDER BY id LIMIT $3")
+_CURRENT = ("SELECT w.* FROM budget_windows w JOIN unnest($1::text[], $2::timestamptz[]) AS k(b, s)"
+            " ON w.budget_id = k.b AND w.window_start = k.s")
+_HISTORY = ("SELECT * FROM budget_windows WHERE budget_id = $1 AND window_start < $2"
+            " ORDER BY window_start DESC LIMIT 12")
+_TASKS = "SELECT count(*) FROM tasks WHERE budget_id = $1"
+_CHILDREN = "SELECT id FROM budgets WHERE parent_id = $1 ORDER BY id LIMIT 1000"
+_PATCHABLE = ("request_limit", "token_limit", "cost_limit_usd", "metadata")
+_KEYS = "SELECT * FROM budget_keys WHERE budget_id = $1 ORDER BY created_at, id"
+_NEW_KEY = ("INSERT INTO budget_keys (id, budget_id, key_hash, template, metadata) VALUES ($1, $2, $3, $4, $5)"
+            " RETURNING *")
+_REVOKE = ("UPDATE budget_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 AND budget_id = $2"
+           " RETURNING id")
+
+
+def _not_found(budget_id: str, param: str = "budget_id") -> AdminError:
+    return AdminError(404, "budget_not_found", f"No budget with id '{budget_id}'.", param)
+
+
+def _dollars(value: Any) -> Any:
+    return Decimal(str(value)) if value is not None else None
+
+
+def _spend(row: Any, start: datetime, end: datetime | None) -> schemas.WindowSpend:
+    if row is None:
+        return schemas.WindowSpend(window_start=start, window_end=end, resets_at=end)
+    d = dict(row)
+    d["total_tokens"] = d["input_tokens"] + d["output_tokens"]
+    d["resets_at"] = d["window_end"]
+    return schemas.WindowSpend.model_validate(d)
+
+
+async def _budgets(conn: asyncpg.Connection, rows: list[Any], at: datetime, *,
+                   detail: bool) -> list[schemas.Budget]:
+    """The API view of ``budgets`` rows: current spend (one query for all), and with
+    ``detail`` the task count, children and past windows."""
+    spans = [windows.span(r["window"], r["timezone"], at) for r in rows]
+    found = {(w["budget_id"], w["window_start"]): w for w in await conn.fetch(
+        _CURRENT, [r["id"] for r in rows], [s.start for s in spans])}
+    out = []
+    for row, span in zip(rows, spans):
+        d = dict(row)
+        d["parent"] = d.pop("parent_id")
+        d["current"] = _spend(found.get((row["id"], span.start)), span.start, span.end)
+        if detail:
+            d["tasks"] = await conn.fetchval(_TASKS, row["id"])
+            d["children"] = [c["id"] for c in await conn.fetch(_CHILDREN, row["id"])]
+            d["windows"] = [_spend(w, w["window_start"], w["window_end"])
+                            for w in await conn.fetch(_HISTORY, row["id"], span.start)]
+        out.append(schemas.Budget.model_validate(d))
+    return out
+
+
+def _now(request: Request) -> datetime:
+    return windows.now(request.app.state.settings.clock_offset_s)
+
+
+@router.post("/budgets", status_code=201, response_model=schemas.Budget, responses=responses(400, 404, 409))
+async def create_budget(body: schemas.BudgetCreate, request: Request) -> schemas.Budget:
+    """Create a budget; with ``parent`` it nests there (404 unknown parent, 409
+    ``budget_too_deep`` past depth 4)."""
+    values = body.model_dump()
+    values["id"] = body.id or "budget_" + secrets.token_hex(6)
+    values["parent_id"] = values.pop("parent")
+    values["cost_limit_usd"] = _dollars(values["cost_limit_usd"])
+    values["depth"] = 1
+    async with request.app.state.db.acquire() as conn, conn.transaction():
+        await durable(conn)
+        if body.parent is not None:
+            depth = await conn.fetchval("SELECT depth FROM budgets WHERE id = $1 FOR SHARE", body.parent)
+            if depth is None:
+                raise _not_found(body.parent, "parent")
+            if depth >= schemas.MAX_DEPTH:
+                raise AdminError(409, "budget_too_deep", f"Budget '{body.parent}' is at depth {depth}; budgets "
+                                 f"nest at most {schemas.MAX_DEPTH} deep.", "parent")
+            values["depth"] = depth + 1
+        try:
+            async with conn.transaction():
+                row = await conn.fetchrow(_INSERT, *(values[c] for c in _COLUMNS))
+        except asyncpg.UniqueViolationError:
+            raise AdminError(409, "budget_exists", f"A budget with id '{values['id']}' already exists.",
+                             "id") from None
+        return (await _budgets(conn, [row], _now(request), detail=True))[0]
+
+
+@router.get("/budgets", response_model=schemas.BudgetList, responses=responses())
+async def list_budgets(request: Request, limit: int = Query(100, ge=1, le=1000),
+                       after: str | None = Query(None, pattern=schemas.BUDGET_ID_PATTERN,
+                                                 description="A budget id: list budgets after it."),
+                       parent: str | None = Query(None, pattern=schemas.BUDGET_ID_PATTERN,
+                                                  description="Only the budgets nested directly in this one.")
+                       ) -> schemas.BudgetList:
+    """Budgets ordered by id with their current window's spend, ``limit`` per page."""
+    async with request.app.state.db.acquire() as conn:
+        rows = await conn.fetch(_LIST, parent, after, limit + 1)
+        page = await _budgets(conn, rows[:limit], _now(request), detail=False)
+    has_more = len(rows) > limit
+    return schemas.BudgetList(data=page, has_more=has_more, next_after=page[-1].id if has_more and page else None)
+
+
+@router.get("/budgets/{budget_id}", response_model=schemas.Budget, responses=responses(404))
+async def get_budget(budget_id: BudgetIdPath, request: Request) -> schemas.Budget:
+    """A budget with its spend in the current window, the windows before (newest first),
+    its task count and its children."""
+    async with request.app.state.db.acquire() as conn:
+        row = await conn.fetchrow(_GET, budget_id)
+        if row is None:
+            raise _not_found(budget_id)
+        return (await _budgets(conn, [row], _now(request), detail=True))[0]
+
+
+@router.patch("/budgets/{budget_id}", response_model=schemas.Budget, responses=responses(400, 404))
+async def update_budget(budget_id: BudgetIdPath, body: schemas.BudgetPatch, request: Request) -> schemas.Budget:
+    """Change limits (only the fields given; ``null`` removes one). Takes effect at the
+    next admission: tasks refused by an exhausted budget go on once it has room."""
+    changes = {k: getattr(body, k) for k in body.model_fields_set if k in _PATCHABLE}
+    if "metadata" in changes and changes["metadata"] is None:
+        changes["metadata"] = {}
+    if "cost_limit_usd" in changes:
+        changes["cost_limit_usd"] = _dollars(changes["cost_limit_usd"])
+    async with request.app.state.db.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(_GET + " FOR UPDATE", budget_id)
+        if row is None:
+            raise _not_found(budget_id)
+        if changes:
+            await durable(conn)
+            columns = list(changes)  # names from _PATCHABLE only
+            sets = ", ".join(f"{name} = ${i}" for i, name in enumerate(columns, start=2))
+            row = await conn.fetchrow(f"UPDATE budgets SET {sets}, updated_at = now() WHERE id = $1 RETURNING *",
+                                      budget_id, *(changes[c] for c in columns))
+        return (await _budgets(conn, [row], _now(request), detail=True))[0]
+
+
+@router.delete("/budgets/{budget_id}", status_code=204, response_class=Response, responses=responses(404, 409))
+async def delete_budget(budget_id: BudgetIdPath, request: Request) -> Response:
+    """Delete a budget with its window history and keys; 409 ``budget_not_empty`` while a
+    task draws from it or a budget nests in it."""
+    try:
+        async with request.app.state.db.acquire() as conn, conn.transaction():
+            await durable(conn)
+            result = await conn.execute("DELETE FROM budgets WHERE id = $1", budget_id)
+    except (asyncpg.ForeignKeyViolationError, asyncpg.RestrictViolationError):
+        raise AdminError(409, "budget_not_empty", f"Budget '{budget_id}' still has tasks or nested budgets; "
+                         "delete them first.") from None
+    if result == "DELETE 0":
+        raise _not_found(budget_id)
+    return Response(status_code=204)
+
+
+def _key(row: Any) -> schemas.BudgetKey:
+    d = dict(row)
+    d["budget"] = d.pop("budget_id")
+    return schemas.BudgetKey.model_validate(d)
+
+
+@router.post("/budgets/{budget_id}/keys", status_code=201, response_model=schemas.BudgetKeyCreated,
+             responses=responses(400, 404))
+async def create_key(budget_id: BudgetIdPath, body: schemas.KeyCreate, request: Request) -> schemas.BudgetKeyCreated:
+    """A new budget key (shown only in this answer; stored hashed). Every agent run using
+    it gets its own task from ``template`` (see docs/budgets.md)."""
+    key = budget_keys.new_key()
+    template = body.template.model_dump(exclude_none=True)
+    try:
+        async with request.app.state.db.acquire() as conn, conn.transaction():
+            await durable(conn)
+            row = await conn.fetchrow(_NEW_KEY, "key_" + secrets.token_hex(8), budget_id, token_hash(key),
+                                      template, body.metadata)
+    except asyncpg.ForeignKeyViolationError:
+        raise _not_found(budget_id) from None
+    return schemas.BudgetKeyCreated(**_key(row).model_dump(), key=key)
+
+
+@router.get("/budgets/{budget_id}/keys", response_model=schemas.BudgetKeyList, responses=responses(404))
+async def list_keys(budget_id: BudgetIdPath, request: Request) -> schemas.BudgetKeyList:
+    """The budget's keys, revoked ones included (never their secrets)."""
+    async with request.app.state.db.acquire() as conn:
+        if await conn.fetchrow(_GET, budget_id) is None:
+            raise _not_found(budget_id)
+        rows = await conn.fetch(_KEYS, budget_id)
+    return schemas.BudgetKeyList(data=[_key(r) for r in rows])
+
+
+@router.delete("/budgets/{budget_id}/keys/{key_id}", status_code=204, response_class=Response,
+               responses=responses(404))
+async def revoke_key(budget_id: BudgetIdPath, key_id: KeyIdPath, request: Request) -> Response:
+    """Revoke a key: its next request is refused (401); the tasks of its runs are kept."""
+    async with request.app.state.db.acquire() as conn, conn.transaction():
+        await durable(conn)
+        found = await conn.fetchval(_REVOKE, key_id, budget_id)
+    if found is None:
+        raise AdminError(404, "key_not_found", f"Budget '{budget_id}' has no key '{key_id}'.", "key_id")
+    return Response(status_code=204)

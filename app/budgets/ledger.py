@@ -1,0 +1,128 @@
+"""Budgets in the admission transaction and at settlement (PostgreSQL).
+
+**Reserve** (:func:`reserve`, inside a task's admission transaction, after the task's own
+checks passed and while its row lock is held): the task's budget chain is read
+(:func:`chain`, root first), then each budget's current window row is created if missing
+and locked in that order (``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``: one round
+trip per budget); the chain is decided (:mod:`app.budgets.rules`), and when it admits
+one statement adds the request and its worst-case dollars to every window. Every
+admission locks its chain root first, so two admissions never wait on each other in a
+circle, and PostgreSQL serialises the windows' counters: N gateways never admit past
+any budget's limit. This is the simple exact design: a budget's window row is locked
+once per admitted request of any of its tasks, for the rest of that transaction (a few
+milliseconds), so one budget admits one request at a time (see docs/budgets.md).
+
+**Settle** (:func:`settle`, after the exchange, its own statement, before the task's): the
+tokens upstream reported and the dollars settled go into the windows the request was
+reserved in (also when a window rolled over meanwhile), and its reservation is released.
+A dollar hold's budget windows are recorded on its ``reservations`` row, so a gateway
+killed with holds in flight loses no allowance past the hold's deadline: the sweeper
+(:func:`app.admission.reservations.sweep`) releases them from the windows too, and
+settlement and sweeper never both release one hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+
+from app.budgets import windows
+from app.admission.ceiling import Decision
+from app.budgets.rules import Verdict, chain_verdict, window_verdict
+
+#: A budget's window: ``(budget_id, window_start)``.
+WindowKey = tuple[str, datetime]
+
+_CHAIN = """
+    WITH RECURSIVE up AS (
+        SELECT * FROM budgets WHERE id = $1
+        UNION ALL
+        SELECT b.* FROM budgets b JOIN up ON b.id = up.parent_id
+    ) SELECT * FROM up ORDER BY depth
+"""
+_LOCK_WINDOW = (
+    "INSERT INTO budget_windows (budget_id, window_start, window_end) VALUES ($1, $2, $3)"
+    " ON CONFLICT (budget_id, window_start) DO UPDATE SET window_end = EXCLUDED.window_end RETURNING *"
+)
+_RESERVE = (
+    "UPDATE budget_windows w SET admitted_requests = w.admitted_requests + 1,"
+    " reserved_usd = w.reserved_usd + $3"
+    " FROM unnest($1::text[], $2::timestamptz[]) AS k(budget_id, window_start)"
+    " WHERE w.budget_id = k.budget_id AND w.window_start = k.window_start"
+)
+#: ``$7`` is the request's ``reservations`` row: its budget windows are released only if
+#: the sweeper has not released them (the row's lock orders the two; NULL arrays: done).
+_SETTLE = (
+    "WITH held AS (UPDATE reservations SET budget_ids = NULL, budget_window_starts = NULL"
+    "   WHERE id = $7 AND budget_ids IS NOT NULL RETURNING id),"
+    " release AS (SELECT CASE WHEN $7::bigint IS NULL OR (SELECT count(*) FROM held) > 0"
+    "   THEN $6::numeric ELSE 0 END AS usd)"
+    " UPDATE budget_windows w SET input_tokens = w.input_tokens + $3, output_tokens = w.output_tokens + $4,"
+    " cost_usd = w.cost_usd + $5, reserved_usd = GREATEST(w.reserved_usd - release.usd, 0)"
+    " FROM release, unnest($1::text[], $2::timestamptz[]) AS k(budget_id, window_start)"
+    " WHERE w.budget_id = k.budget_id AND w.window_start = k.window_start"
+    " RETURNING w.budget_id, w.window_start, w.cost_usd"
+)
+_MARK_EXHAUSTED = (
+    "UPDATE budget_windows SET exhausted_at = now() WHERE budget_id = $1 AND window_start = $2"
+    " AND exhausted_at IS NULL RETURNING budget_id"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """The chain's verdict, and (when admitted) the windows the request was counted in."""
+
+    verdict: Verdict
+    windows: tuple[WindowKey, ...] = ()
+    refused: WindowKey | None = None  # the window of the budget that held or refused it
+
+
+async def chain(conn: asyncpg.Connection, budget_id: str) -> list[dict[str, Any]]:
+    """The ``budgets`` rows of ``budget_id`` and its ancestors, root first."""
+    return [dict(r) for r in await conn.fetch(_CHAIN, budget_id)]
+
+
+def needs_dollars(budgets: Sequence[Any]) -> bool:
+    """Whether any budget of the chain has a dollar ceiling."""
+    return any(b["cost_limit_usd"] is not None for b in budgets)
+
+
+async def reserve(conn: asyncpg.Connection, budgets: Sequence[dict[str, Any]], worst_usd: Decimal,
+                  at: datetime) -> Reserved:
+    """Lock the chain's current windows (root first) and decide; when admitted, count
+    the request and reserve ``worst_usd`` in each. Call inside the admission
+    transaction; a refusal must roll it back (nothing was written but the window rows)."""
+    verdicts, keys = [], []
+    for budget in budgets:
+        span = windows.span(budget["window"], budget["timezone"], at)
+        row = await conn.fetchrow(_LOCK_WINDOW, budget["id"], span.start, span.end)
+        verdicts.append(window_verdict(budget, row, worst_usd))
+        keys.append((budget["id"], span.start))
+    verdict = chain_verdict(verdicts)
+    if verdict.decision is not Decision.ADMIT:
+        return Reserved(verdict, refused=next(k for k in keys if k[0] == verdict.budget_id))
+    await conn.execute(_RESERVE, [k[0] for k in keys], [k[1] for k in keys], worst_usd)
+    return Reserved(verdict, tuple(keys))
+
+
+async def settle(conn: asyncpg.Connection, keys: Sequence[WindowKey], input_tokens: int, output_tokens: int,
+                 cost_usd: Decimal, release_usd: Decimal, reservation_id: int | None) -> list[tuple[str, Decimal]]:
+    """Add a finished request's tokens and dollars to the windows it was reserved in and
+    release its reservation, unless the sweeper released it (a gateway that was taken for
+    dead; :mod:`app.admission.reservations`): exactly once either way. Runs before the
+    task's own settlement deletes the ``reservations`` row. Returns each budget's settled
+    dollars in that window now."""
+    rows = await conn.fetch(_SETTLE, [k[0] for k in keys], [k[1] for k in keys], input_tokens,
+                            output_tokens, cost_usd, release_usd, reservation_id)
+    return [(r["budget_id"], r["cost_usd"]) for r in rows]
+
+
+async def mark_exhausted(conn: asyncpg.Connection, key: WindowKey) -> bool:
+    """Record that the window ran out; ``True`` only the first time (once per window)."""
+    return await conn.fetchval(_MARK_EXHAUSTED, *key) is not None

@@ -1,0 +1,184 @@
+"""``taskgate budgets ...``: fleet budgets and their keys over the admin API.
+
+``list``, ``show``, ``create``, ``update``, ``delete``, ``keys`` (list), ``key-create``,
+``key-revoke``. Tables by default, ``--json`` for scripts; ``--url`` and the admin token
+as for ``taskgate tasks`` (:mod:`app.cli.tasks`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.table import Table
+
+from app.admission.cost import dollars
+from app.cli import render
+from app.cli.client import AdminClient
+from app.cli.tasks import OptionalNumber, admin_command, limit_options, limits_body
+
+
+def _limit_options(fn: Any) -> Any:
+    for name, kind, help_ in reversed((
+        ("--request-limit", int, "Admitted requests per window."),
+        ("--token-limit", int, "Input + output tokens per window."),
+        ("--cost-limit", float, "Dollar ceiling per window (US dollars)."),
+    )):
+        fn = click.option(name, type=OptionalNumber(kind), default=None, help=help_ + " 'none' removes it.")(fn)
+    return fn
+
+
+def _limits(request_limit: Any, token_limit: Any, cost_limit: Any) -> dict[str, Any]:
+    given = {"request_limit": request_limit, "token_limit": token_limit, "cost_limit_usd": cost_limit}
+    return {k: (None if v == "none" else v) for k, v in given.items() if v is not None}
+
+
+def _of(used: Any, limit: Any) -> str:
+    return f"{used} / {limit}" if limit is not None else str(used)
+
+
+def _cost(spend: dict, limit: Any) -> str:
+    text = dollars(spend["cost_usd"]) + (f" / {dollars(limit)}" if limit is not None else "")
+    return text + (f" (+{dollars(spend['reserved_usd'])} reserved)" if spend["reserved_usd"] else "")
+
+
+def budgets_table(budgets: list[dict]) -> Table:
+    table = Table("id", "parent", "window", "requests", "tokens", "dollars", "resets at", box=None,
+                  header_style="bold")
+    for b in budgets:
+        cur = b["current"]
+        table.add_row(b["id"], b.get("parent") or "", b.get("window") or "lifetime",
+                      _of(cur["admitted_requests"], b["request_limit"]), _of(cur["total_tokens"], b["token_limit"]),
+                      _cost(cur, b["cost_limit_usd"]), str(cur.get("resets_at") or "-")[:19].replace("T", " "))
+    return table
+
+
+def show_budget(b: dict) -> None:
+    render.out.print(f"[bold]{b['id']}[/bold]  {b.get('window') or 'lifetime'} window ({b['timezone']})"
+                     + (f", in {b['parent']}" if b.get("parent") else ""))
+    table = Table(box=None, show_header=False)
+    cur = b["current"]
+    table.add_row("requests", _of(cur["admitted_requests"], b["request_limit"]))
+    table.add_row("tokens", _of(cur["total_tokens"], b["token_limit"]))
+    table.add_row("dollars", _cost(cur, b["cost_limit_usd"]))
+    table.add_row("window", f"{cur['window_start']} to {cur.get('window_end') or 'never'}")
+    table.add_row("tasks", str(b.get("tasks", 0)))
+    if b.get("children"):
+        table.add_row("nested", ", ".join(b["children"]))
+    render.out.print(table)
+    if b.get("windows"):
+        past = Table("window start", "requests", "tokens", "dollars", box=None, header_style="bold",
+                     title="past windows")
+        for w in b["windows"]:
+            past.add_row(str(w["window_start"])[:19].replace("T", " "), str(w["admitted_requests"]),
+                         str(w["total_tokens"]), dollars(w["cost_usd"]))
+        render.out.print(past)
+
+
+@click.group()
+def budgets() -> None:
+    """Fleet budgets: ceilings over many tasks, per window (admin API over HTTP)."""
+
+
+@budgets.command("list")
+@click.option("--parent", default=None, help="Only the budgets nested in this one.")
+@admin_command
+def list_(api: AdminClient, as_json: bool, parent: str | None) -> None:
+    """Budgets with their spend in the current window."""
+    rows = api.request("GET", "/admin/budgets", params={"parent": parent} if parent else {})["data"]
+    render.print_json(rows) if as_json else render.out.print(budgets_table(rows))
+
+
+@budgets.command()
+@click.argument("budget_id")
+@admin_command
+def show(api: AdminClient, as_json: bool, budget_id: str) -> None:
+    """One budget: spend in this window and the windows before."""
+    b = api.request("GET", f"/admin/budgets/{budget_id}")
+    render.print_json(b) if as_json else show_budget(b)
+
+
+@budgets.command()
+@click.option("--id", "budget_id", default=None, help="Your id for the budget (generated when absent).")
+@click.option("--parent", default=None, help="The budget this one nests in.")
+@click.option("--window", type=click.Choice(["day", "week", "month"]), default=None,
+              help="Calendar window of the limits (default: lifetime).")
+@click.option("--timezone", default="UTC", show_default=True, help="IANA timezone of the window.")
+@_limit_options
+@admin_command
+def create(api: AdminClient, as_json: bool, budget_id: str | None, parent: str | None, window: str | None,
+           timezone: str, request_limit: Any, token_limit: Any, cost_limit: Any) -> None:
+    """Create a budget."""
+    body: dict[str, Any] = {"window": window, "timezone": timezone,
+                            **_limits(request_limit, token_limit, cost_limit)}
+    if budget_id:
+        body["id"] = budget_id
+    if parent:
+        body["parent"] = parent
+    b = api.request("POST", "/admin/budgets", json=body)
+    render.print_json(b) if as_json else show_budget(b)
+
+
+@budgets.command()
+@click.argument("budget_id")
+@_limit_options
+@admin_command
+def update(api: AdminClient, as_json: bool, budget_id: str, request_limit: Any, token_limit: Any,
+           cost_limit: Any) -> None:
+    """Change a budget's limits ('none' removes one)."""
+    body = _limits(request_limit, token_limit, cost_limit)
+    if not body:
+        raise click.UsageError("give at least one limit to change")
+    b = api.request("PATCH", f"/admin/budgets/{budget_id}", json=body)
+    render.print_json(b) if as_json else show_budget(b)
+
+
+@budgets.command()
+@click.argument("budget_id")
+@admin_command
+def delete(api: AdminClient, as_json: bool, budget_id: str) -> None:
+    """Delete a budget that no task draws from and no budget nests in."""
+    api.request("DELETE", f"/admin/budgets/{budget_id}")
+    render.print_json({"deleted": budget_id}) if as_json else render.out.print(f"deleted {budget_id}")
+
+
+@budgets.command()
+@click.argument("budget_id")
+@admin_command
+def keys(api: AdminClient, as_json: bool, budget_id: str) -> None:
+    """The budget's keys (never their secrets)."""
+    rows = api.request("GET", f"/admin/budgets/{budget_id}/keys")["data"]
+    if as_json:
+        render.print_json(rows)
+        return
+    table = Table("id", "created", "revoked", "template", box=None, header_style="bold")
+    for k in rows:
+        table.add_row(k["id"], str(k["created_at"])[:19].replace("T", " "),
+                      str(k.get("revoked_at") or "")[:19].replace("T", " "),
+                      ", ".join(f"{name}={value}" for name, value in k["template"].items()))
+    render.out.print(table)
+
+
+@budgets.command("key-create")
+@click.argument("budget_id")
+@limit_options
+@admin_command
+def key_create(api: AdminClient, as_json: bool, budget_id: str, **limits: Any) -> None:
+    """A budget key: each agent run using it gets its own task with these limits."""
+    key = api.request("POST", f"/admin/budgets/{budget_id}/keys", json={"template": limits_body(**limits)})
+    if as_json:
+        render.print_json(key)
+        return
+    render.out.print(f"created key [bold]{key['id']}[/bold] for budget {budget_id}")
+    render.out.print(f"key: {key['key']}  (shown only once)\n")
+    render.out.print(render.exports(api.url, key["key"]))
+
+
+@budgets.command("key-revoke")
+@click.argument("budget_id")
+@click.argument("key_id")
+@admin_command
+def key_revoke(api: AdminClient, as_json: bool, budget_id: str, key_id: str) -> None:
+    """Revoke a key: its next request is refused (the tasks of its runs stay)."""
+    api.request("DELETE", f"/admin/budgets/{budget_id}/keys/{key_id}")
+    render.print_json({"revoked": key_id}) if as_json else render.out.print(f"revoked {key_id}")
