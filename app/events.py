@@ -173,11 +173,15 @@ class BudgetRefused:
 
 @dataclass(frozen=True, slots=True)
 class BudgetExhausted:
-    """Budget ``budget_id`` ran out in its window starting at ``window_start``: its first
-    refusal there, with ``error``. Emitted once per window across processes."""
+    """Budget ``budget_id`` ran out of ``what`` (``request_limit``, ``token_limit``,
+    ``cost_limit``) in its window starting at ``window_start`` (``resets_at``: when the
+    next opens; ``None`` for a lifetime budget): its first refusal there, with ``error``.
+    Emitted once per window across processes, after the mark is committed."""
 
     budget_id: str
     window_start: datetime
+    what: str
+    resets_at: datetime | None
     error: GatewayError
 
 

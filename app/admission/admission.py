@@ -135,9 +135,9 @@ class _Exhausted(Exception):
     """A budget of the chain ran out: ``refusal`` (403 ``budget_exhausted``); raised in the
     admission transaction, which rolls back (not counted, no latch)."""
 
-    def __init__(self, refusal: GatewayError, key: budget_ledger.WindowKey) -> None:
+    def __init__(self, refusal: GatewayError, key: budget_ledger.WindowKey, verdict: BudgetVerdict) -> None:
         super().__init__(refusal.message)
-        self.refusal, self.key = refusal, key
+        self.refusal, self.key, self.verdict = refusal, key, verdict
 
 
 #: Budget windows whose exhaustion this process has announced (once per window).
@@ -265,7 +265,8 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
                     raise _Held(task, policy, reservation, reserved.verdict)  # rolls back
                 if reserved.verdict.decision is ceiling.Decision.LATCH:
                     assert reserved.refused is not None
-                    raise _Exhausted(budget_exhausted(task.id, reserved.verdict), reserved.refused)
+                    raise _Exhausted(budget_exhausted(task.id, reserved.verdict), reserved.refused,
+                                    reserved.verdict)
                 keys = reserved.windows
             admitted = Task.from_row(await conn.fetchrow(_COUNT, task.id, reservation))
             held = await reservations.hold(conn, task.id, reservation, reservations.deadline_s(policy),
@@ -296,7 +297,9 @@ async def _announce(conn: asyncpg.Connection, exhausted: _Exhausted) -> None:
         _announced.clear()
     _announced.add(exhausted.key)
     if await budget_ledger.mark_exhausted(conn, exhausted.key):
-        events.BUDGET_EXHAUSTED.emit(events.BudgetExhausted(budget_id, exhausted.key[1], exhausted.refusal))
+        verdict = exhausted.verdict
+        events.BUDGET_EXHAUSTED.emit(events.BudgetExhausted(budget_id, exhausted.key[1], verdict.what or "",
+                                                            verdict.resets_at, exhausted.refusal))
 
 
 async def _judge(conn: asyncpg.Connection, task: Task, policy: Policy,

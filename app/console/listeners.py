@@ -11,7 +11,10 @@ lines and the stop webhook. :func:`subscribe` is called once by
 - cost settled: ``taskgate_reservation_ratio`` (reservation / actual cost);
 - cost held: ``taskgate_cost_holds_total`` by outcome, ``taskgate_cost_hold_seconds``;
 - latch set: ``taskgate_task_stops_total`` and the stop webhook (delivered only once
-  the stop is committed, see :mod:`app.console.webhook`).
+  the stop is committed, see :mod:`app.console.webhook`);
+- budget refused / spent / exhausted: ``taskgate_budget_refusals_total{budget}``,
+  ``taskgate_budget_spent_usd{budget}`` and the stop webhook's ``budget.exhausted``
+  (once per budget window).
 """
 
 from __future__ import annotations
@@ -73,6 +76,20 @@ def latch_set(event: events.LatchSet) -> None:
     webhook.schedule(event.task_id, event.event_id)
 
 
+def budget_refused(event: events.BudgetRefused) -> None:
+    metrics.BUDGET_REFUSALS.labels(event.budget_id).inc()
+
+
+def budget_spent(event: events.BudgetSpent) -> None:
+    metrics.BUDGET_SPENT.labels(event.budget_id).set(float(event.cost_usd))
+
+
+def budget_exhausted(event: events.BudgetExhausted) -> None:
+    logger.warning("budget %s exhausted (%s) until %s", event.budget_id, event.what, event.resets_at or "raised",
+                   extra={"budget_id": event.budget_id, "reason": event.what})
+    webhook.schedule_budget(event)
+
+
 def subscribe() -> None:
     """Subscribe the console to the core's events (idempotent)."""
     events.EXCHANGE_STARTED.subscribe(exchange_started)
@@ -82,5 +99,8 @@ def subscribe() -> None:
     events.LOOP_WARNED.subscribe(loop_warned)
     events.GATEWAY_ANSWERED.subscribe(gateway_answered)
     events.LATCH_SET.subscribe(latch_set)
+    events.BUDGET_REFUSED.subscribe(budget_refused)
+    events.BUDGET_SPENT.subscribe(budget_spent)
+    events.BUDGET_EXHAUSTED.subscribe(budget_exhausted)
     events.COST_SETTLED.subscribe(cost_settled)
     events.COST_HELD.subscribe(cost_held)

@@ -102,6 +102,11 @@ COST = Counter("taskgate_cost_usd", "US dollars the relayed responses cost (sett
                "model's price, or the whole reservation when a task with a ceiling got no usage), by "
                "model and provider.", ["model", "provider"])
 TOOL_CALLS = Counter("taskgate_tool_calls", "Tool calls seen in relayed responses.")
+#: Per budget (ids are the operator's own, as few as the budgets it creates).
+BUDGET_SPENT = Gauge("taskgate_budget_spent_usd", "Settled US dollars of a budget in the window of its latest "
+                     "settlement (any process).", ["budget"], multiprocess_mode="mostrecent")
+BUDGET_REFUSALS = Counter("taskgate_budget_refusals", "Requests refused with 403 budget_exhausted, by budget.",
+                          ["budget"])
 WEBHOOK_DELIVERIES = Counter("taskgate_webhook_deliveries", "Stop webhook deliveries by result "
                              "(delivered, failed).", ["result"])
 

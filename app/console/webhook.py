@@ -1,4 +1,6 @@
-"""The stop webhook (``TASKGATE_STOP_WEBHOOK_URL``): tell someone when a task stops.
+"""The stop webhook (``TASKGATE_STOP_WEBHOOK_URL``): tell someone when a task stops, or
+a budget runs out (``budget.exhausted``, :func:`budget_payload`: once per budget window,
+across processes, decided in admission).
 
 :func:`schedule` is called where the latch is set, inside its transaction. Delivery
 runs off the request path in a background task that first waits until the
@@ -24,6 +26,7 @@ import asyncpg
 import httpx
 
 from app.admission.refusals import stop_message
+from app import events
 from app.console import metrics
 from app.settings import Settings
 from app.task import Task
@@ -65,6 +68,20 @@ def stop_payload(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def budget_payload(event: events.BudgetExhausted) -> dict[str, Any]:
+    """The JSON document for a budget that ran out (``text``: a Slack message too)."""
+    resets = event.resets_at.astimezone(timezone.utc).isoformat() if event.resets_at is not None else None
+    return {
+        "text": f"taskgate: budget {event.budget_id} exhausted ({event.what}). {event.error.message}",
+        "event": "budget.exhausted",
+        "budget_id": event.budget_id,
+        "exhausted": event.what,
+        "message": event.error.message,
+        "window_start": event.window_start.astimezone(timezone.utc).isoformat(),
+        "resets_at": resets,
+    }
+
+
 class StopWebhook:
     """Delivers stop announcements for one gateway process."""
 
@@ -95,11 +112,20 @@ class StopWebhook:
                 return dict(row)
         return None  # rolled back (or the database stayed away): nothing to announce
 
+    def schedule_budget(self, event: events.BudgetExhausted) -> None:
+        body = json.dumps(budget_payload(event), default=str).encode()
+        task = asyncio.get_running_loop().create_task(self._post(body, f"budget {event.budget_id}", {}))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
     async def _deliver(self, task_id: str, event_id: int) -> None:
         row = await self._committed(event_id)
         if row is None:
             return
         body = json.dumps(stop_payload(row), default=str).encode()
+        await self._post(body, f"task {task_id}", {"task_id": task_id})
+
+    async def _post(self, body: bytes, what: str, extra: dict[str, str]) -> None:
         problem = ""
         for attempt in range(self.attempts):
             if attempt:
@@ -114,8 +140,8 @@ class StopWebhook:
             except httpx.HTTPError as exc:
                 problem = type(exc).__name__
         metrics.WEBHOOK_DELIVERIES.labels("failed").inc()
-        logger.error("stop webhook for task %s to %s failed after %d attempts (%s)", task_id,
-                     self.host, self.attempts, problem, extra={"task_id": task_id})
+        logger.error("stop webhook for %s to %s failed after %d attempts (%s)", what,
+                     self.host, self.attempts, problem, extra=extra)
 
     async def close(self, grace_s: float = 5.0) -> None:
         """Let deliveries in flight finish for up to ``grace_s`` seconds, then cancel them."""
@@ -130,6 +156,12 @@ def schedule(task_id: str, event_id: int) -> None:
     """Announce a stop once its transaction commits (no-op without a webhook URL)."""
     if _active is not None:
         _active.schedule(task_id, event_id)
+
+
+def schedule_budget(event: events.BudgetExhausted) -> None:
+    """Announce a budget's exhaustion (its first refusal in a window; no-op without a URL)."""
+    if _active is not None:
+        _active.schedule_budget(event)
 
 
 def start(settings: Settings, pool: asyncpg.Pool) -> None:
