@@ -210,6 +210,10 @@ def test_odd_shapes_never_raise():
                     {"input": "just text"}, body(("assistant", "Calling tools:\n[" + "[" * 5000 + "]" * 5000 + "]"),
                                                  ("user", "x"))):
         extract(tail(payload), KEY)
+    # many openers without closers: each convention reads the text a bounded number of times
+    for opener in ("<code>", "```", "\nCalling tools:\n[", "\nAction: x\nAction Input: "):
+        [a] = extract(tail(body(("assistant", opener * 20_000 + "\n```\nls\n```"), ("user", "y"))), KEY) or [None]
+        assert a is None or a.observation == "y"
 
 
 def test_observation_label_and_mask():

@@ -43,13 +43,15 @@ model's ``tool_calls`` as text), so whichever of the response and the next reque
 the ledger first records the same call, once.
 
 Cost: the conventions read at most the last :data:`SCAN_CHARS` characters of the action
-turn (a scratchpad: its one turn, whose blocks are numbered from its start); nothing
-before the tail is read.
+turn (a scratchpad: its one turn, whose blocks are numbered from its start), each in one
+linear pass or a few ``rfind`` from the end, whatever the text holds (no regex that
+backtracks over the text per opener); nothing before the tail is read.
 """
 
 from __future__ import annotations
 
 import ast
+import collections
 import hashlib
 import json
 import re
@@ -102,15 +104,24 @@ class TextAction:
 
 # ---------------------------------------------------------------- smolagents
 
-_CALLING_TOOLS = re.compile(r"(?:\A|\n)Calling tools:\n(\[.*\])\s*\Z", re.S)
+_CALLING_TOOLS = "Calling tools:\n"
 _CLIENT_ID = re.compile(r"'id': '[^'\\]*'")
 
 
-def _smolagents(text: str) -> list[Found] | None:
-    match = _CALLING_TOOLS.search(text)
-    if match is None:
+def _last_listing(text: str) -> str | None:
+    """The ``[...]`` after the last line-start ``Calling tools:``, when it ends the text."""
+    at = text.rfind("\n" + _CALLING_TOOLS)
+    at = at + 1 if at >= 0 else (0 if text.startswith(_CALLING_TOOLS) else -1)
+    if at < 0:
         return None
-    listing = match.group(1)
+    listing = text[at + len(_CALLING_TOOLS):].rstrip()
+    return listing if listing.startswith("[") and listing.endswith("]") else None
+
+
+def _smolagents(text: str) -> list[Found] | None:
+    listing = _last_listing(text)
+    if listing is None:
+        return None
     try:
         calls = ast.literal_eval(listing)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -182,12 +193,22 @@ def _react_action(body: str) -> Found:
     return Found("", blob)
 
 
+def _last_actions(text: str, n: int) -> tuple[list[re.Match[str]], int]:
+    """The last ``n`` ``Action:`` lines of ``text`` and how many there are (one linear pass,
+    constant memory)."""
+    last: collections.deque[re.Match[str]] = collections.deque(maxlen=n)
+    count = 0
+    for match in _ACTION.finditer(text):
+        last.append(match)
+        count += 1
+    return list(last), count
+
+
 def _react(text: str) -> list[Found] | None:
-    actions = list(_ACTION.finditer(text))
+    actions, _ = _last_actions(text, 1)
     if not actions:
         return None
-    last = actions[-1]
-    body, stop = _react_body(text, last.end())
+    body, stop = _react_body(text, actions[-1].end())
     if _FINAL.search(text, stop):
         return None
     return [_react_action(body)]
@@ -196,9 +217,8 @@ def _react(text: str) -> list[Found] | None:
 def _scratchpad(text: str) -> list[Found]:
     """The last complete Action/Observation blocks of a ReAct scratchpad, oldest first."""
     found: list[Found] = []
-    actions = list(_ACTION.finditer(text))
-    last = actions[-SCRATCHPAD_BLOCKS:]
-    for ordinal, match in enumerate(last, len(actions) - len(last)):
+    last, count = _last_actions(text, SCRATCHPAD_BLOCKS)
+    for ordinal, match in enumerate(last, count - len(last)):
         body, stop = _react_body(text, match.end())
         seen = _OBSERVATION.match(text, stop)
         if seen is None:
@@ -229,17 +249,24 @@ def seed_without_scratchpad(seed: str) -> str:
 
 # ---------------------------------------------------------------- code blocks
 
-_CODE = re.compile(r"```[ \t]*[\w+#.-]*[^\n]*\n(.*?)```|<code>(.*?)</code>", re.S)
+def _last_between(text: str, opening: str, closing: str) -> tuple[int, str] | None:
+    """(end, body) of the last ``opening ... closing`` pair of ``text`` (found from the end
+    with two ``rfind``: linear whatever the text holds)."""
+    end = text.rfind(closing)
+    start = text.rfind(opening, 0, end) if end > 0 else -1
+    return None if start < 0 else (end, text[start + len(opening):end])
 
 
 def _code_block(text: str) -> list[Found] | None:
-    last = None
-    for last in _CODE.finditer(text):
-        pass
-    if last is None:
-        return None
-    code = last.group(1) if last.group(1) is not None else last.group(2)
-    return [Found("code", code.strip("\n"))]
+    fenced = _last_between(text, "```", "```")
+    if fenced is not None:
+        end, body = fenced
+        head, newline, rest = body.partition("\n")
+        if newline and " " not in head.strip():  # the info string line (```python) or an empty one
+            fenced = (end, rest)
+    tagged = _last_between(text, "<code>", "</code>")
+    block = max((b for b in (fenced, tagged) if b is not None), key=lambda b: b[0], default=None)
+    return None if block is None else [Found("code", block[1].strip("\n"))]
 
 
 #: The conventions, in the order they are tried: (name, parser).
