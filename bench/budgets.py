@@ -1,0 +1,100 @@
+"""Fleet budgets' cost at admission (issue 24 §2): the same load on 1,000 tasks without a
+budget and on 1,000 tasks under one budget, from two processes (``bench.admission``,
+``admit()`` against PostgreSQL, no HTTP), and the ratio.
+
+Run as ``python -m bench.budgets [--concurrency 64] [--duration 5]``: a private embedded
+PostgreSQL, migrated; prints one JSON line per group and one with the ratios
+(throughput with a budget / without, p99 with / without). The budget has a request limit
+far above the load, so every admission takes its window row lock: the simple exact
+design (docs/budgets.md), where one budget admits one request at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+TASKS = 1000
+
+
+async def _seed(url: str) -> tuple[list[str], list[str]]:
+    import asyncpg
+
+    from app.admission.tokens import new_token, token_hash
+    from app.db.pool import asyncpg_dsn
+
+    conn = await asyncpg.connect(asyncpg_dsn(url))
+    try:
+        await conn.execute("INSERT INTO budgets (id, request_limit) VALUES ('bench-team', 1000000000)")
+        groups: tuple[list[str], list[str]] = ([], [])
+        for group, budget in ((groups[0], None), (groups[1], "bench-team")):
+            rows = []
+            for i in range(TASKS):
+                token = new_token()
+                group.append(token)
+                rows.append((f"bench-{budget or 'none'}-{i}", token_hash(token), 10**12, budget))
+            await conn.executemany("INSERT INTO tasks (id, token_hash, request_limit, budget_id) VALUES ($1, $2, $3, $4)",
+                                   rows)
+        return groups
+    finally:
+        await conn.close()
+
+
+def _run_group(url: str, tokens: list[str], concurrency: int, duration_s: float, processes: int) -> dict[str, Any]:
+    procs = []
+    with tempfile.TemporaryDirectory(prefix="taskgate-bench-budgets-") as tmp:
+        for p in range(processes):
+            spec = Path(tmp) / f"spec{p}.json"
+            spec.write_text(json.dumps({"database_url": url, "tokens": tokens[p::processes],
+                                        "concurrency": concurrency // processes, "duration_s": duration_s,
+                                        "warmup_s": 1.0}))
+            procs.append(subprocess.Popen([sys.executable, "-m", "bench.admission", str(spec)],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+        results = []
+        for proc in procs:
+            lines = []
+            assert proc.stdout is not None and proc.stdin is not None
+            for line in proc.stdout:
+                lines.append(json.loads(line))
+                if lines[-1].get("event") == "end":
+                    proc.stdin.write("\n")
+                    proc.stdin.flush()
+            proc.wait()
+            results.append(next(r for r in lines if r.get("event") == "result"))
+    lat = sorted(v for r in results for v in [r["latency_ms"].get("p99", 0.0)])
+    return {"rps": sum(r["rps"] for r in results), "p99_ms": max(lat),
+            "p50_ms": max(r["latency_ms"].get("p50", 0.0) for r in results),
+            "errors": {k: v for r in results for k, v in r["errors"].items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--processes", type=int, default=2)
+    args = parser.parse_args()
+    from app.db import embedded, migrate
+
+    with tempfile.TemporaryDirectory(prefix="taskgate-bench-pg-") as tmp:
+        url = embedded.start(Path(tmp))
+        try:
+            migrate.upgrade(url)
+            plain, budgeted = asyncio.run(_seed(url))
+            without = _run_group(url, plain, args.concurrency, args.duration, args.processes)
+            print(json.dumps({"group": "1000 tasks, no budget", **without}), flush=True)
+            with_budget = _run_group(url, budgeted, args.concurrency, args.duration, args.processes)
+            print(json.dumps({"group": "1000 tasks, one budget", **with_budget}), flush=True)
+            print(json.dumps({"throughput_ratio": round(with_budget["rps"] / without["rps"], 3),
+                              "p99_ratio": round(with_budget["p99_ms"] / without["p99_ms"], 3)}), flush=True)
+        finally:
+            embedded.stop(Path(tmp), mode="immediate")
+
+
+if __name__ == "__main__":
+    main()
