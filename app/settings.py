@@ -348,6 +348,10 @@ class Settings(BaseSettings):
     stop_webhook_timeout_s: float = Field(default=5.0, gt=0, description="Timeout of one attempt.")
     stop_webhook_backoff_s: float = Field(
         default=1.0, ge=0, description="Pause before the 2nd attempt; doubles for each next one.")
+    ledger_argument_preview: int = Field(
+        default=0, ge=0, le=4096,
+        description="Keep the first N characters of each tool call's canonical arguments in the "
+        "ledger, secrets masked (app/guard/preview.py); 0: hashes only.")
     request_log_retention_s: float = Field(
         default=7 * 86400, ge=0, le=10 * 366 * 86400,
         description="Seconds the request log (one row per relayed response: the dashboard's "

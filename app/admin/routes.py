@@ -64,7 +64,8 @@ _LIST = ("SELECT * FROM tasks WHERE ($1::text IS NULL OR status = $1)"
          " AND ($2::text IS NULL OR id > $2) AND ($4::text IS NULL OR budget_id = $4) ORDER BY id LIMIT $3")
 _EVENTS = ("SELECT id, kind, reason, detail, created_at FROM task_events WHERE task_id = $1"
            " AND id > $2 ORDER BY id LIMIT $3")
-_CALLS = ("SELECT call_id, seq, conversation_key, tool_name, arguments_hash, result_hash, is_error, is_empty,"
+_CALLS = ("SELECT call_id, seq, conversation_key, tool_name, arguments_hash, arguments_preview, result_hash,"
+          " is_error, is_empty,"
           " raw_result_hash,"
           " created_at, completed_at FROM tool_calls WHERE task_id = $1 AND seq > $2"
           " ORDER BY seq LIMIT $3")

@@ -253,6 +253,8 @@ class ToolCallRow(BaseModel):
     conversation_key: str
     tool_name: str
     arguments_hash: str
+    arguments_preview: str | None = Field(None, description="With TASKGATE_LEDGER_ARGUMENT_PREVIEW=N: the "
+                                          "first N characters of the canonical arguments, secrets masked.")
     result_hash: str | None
     is_error: bool | None
     is_empty: bool | None = None

@@ -107,6 +107,7 @@ tool_calls = Table(
     Column("is_error", Boolean),
     Column("is_empty", Boolean),
     Column("raw_result_hash", Text),
+    Column("arguments_preview", Text),  # TASKGATE_LEDGER_ARGUMENT_PREVIEW (migration 0008)
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("completed_at", DateTime(timezone=True)),
     Index("ix_tool_calls_conversation", "task_id", "conversation_key", "seq"),

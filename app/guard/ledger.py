@@ -33,12 +33,13 @@ import asyncpg
 
 from app.admission.cost import Settlement
 from app.db import tasks as task_rows
-from app.db.bounds import ledger_text
+from app.db.bounds import ledger_text, storable_json
 from app.db.pool import RELAXED_COMMIT, relaxed
 from app.guard import conversations
 from app.guard.conversation_rules import answer_repeats, repeated_response
 from app.guard.detector import Action, CallRecord, Thresholds, Verdict, detect, window_size
 from app.guard.fingerprint import arguments_hash
+from app.guard.preview import argument_preview
 from app.guard.normalize import Normalizer
 from app.guard.policy import Policy
 from app.guard.result_prints import RequestPrints, config_for, fingerprints
@@ -51,10 +52,10 @@ logger = logging.getLogger(__name__)
 # One statement per batch (arrays unnested server-side): a request's calls and results
 # cost one round trip each, however many there are.
 _INSERT_CALLS = (
-    "INSERT INTO tool_calls (task_id, call_id, conversation_key, tool_name, arguments_hash)"
-    " SELECT $1, c.call_id, $2, c.tool_name, c.arguments_hash"
-    " FROM unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY"
-    "   AS c(call_id, tool_name, arguments_hash, n) ORDER BY c.n"
+    "INSERT INTO tool_calls (task_id, call_id, conversation_key, tool_name, arguments_hash, arguments_preview)"
+    " SELECT $1, c.call_id, $2, c.tool_name, c.arguments_hash, c.arguments_preview"
+    " FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY"
+    "   AS c(call_id, tool_name, arguments_hash, arguments_preview, n) ORDER BY c.n"
     " ON CONFLICT (task_id, call_id) DO NOTHING RETURNING call_id"
 )
 _COMPLETE_CALLS = (
@@ -128,14 +129,18 @@ def _describe(verdict: Verdict, thresholds: Thresholds, conversation_key: str,
 
 
 async def _insert_calls(conn: asyncpg.Connection, task_id: str, conversation_key: str,
-                        calls: Sequence[ToolCall], hashes: Sequence[str] | None = None) -> int:
+                        calls: Sequence[ToolCall], hashes: Sequence[str] | None = None,
+                        preview_chars: int = 0) -> int:
     """Insert calls as pending (duplicates ignored; ``hashes``: their arguments' hashes
-    when computed already); returns how many were new."""
+    when computed already; ``preview_chars``: keep that much of each call's redacted
+    arguments, :mod:`app.guard.preview`); returns how many were new."""
     if not calls:
         return 0
+    previews = [storable_json(argument_preview(c.arguments, preview_chars)) for c in calls]
     rows = await conn.fetch(_INSERT_CALLS, task_id, conversation_key,
                             [ledger_text(c.call_id) for c in calls], [ledger_text(c.name) for c in calls],
-                            list(hashes) if hashes is not None else [arguments_hash(c.arguments) for c in calls])
+                            list(hashes) if hashes is not None else [arguments_hash(c.arguments) for c in calls],
+                            previews)
     return len(rows)
 
 
@@ -165,7 +170,8 @@ async def record_request(conn: asyncpg.Connection, task: Task, guard: GuardReque
     prints = guard.prints
     if prints is None or prints.config != config:  # none yet, or the task's loop_guard changed since
         prints = fingerprints(guard.tool_calls, guard.tool_results, config)
-    new_calls = await _insert_calls(conn, task_id, key, guard.tool_calls, prints.arguments)
+    new_calls = await _insert_calls(conn, task_id, key, guard.tool_calls, prints.arguments,
+                                    settings.ledger_argument_preview)
     if new_calls:
         await conn.execute(_COUNT_CALLS, task_id, new_calls)
     normalizer = config.normalizer
@@ -220,7 +226,8 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
                 return None
             if counters is not None:
                 await conn.execute(_ADD_USAGE, task_id, *counters, reservation_id)
-            new_calls = await _insert_calls(conn, task_id, conversation_key, summary.tool_calls)
+            new_calls = await _insert_calls(conn, task_id, conversation_key, summary.tool_calls,
+                                            preview_chars=settings.ledger_argument_preview)
             if not new_calls:
                 return Verdict(Action.OK)
             total = await conn.fetchval(_COUNT_CALLS, task_id, new_calls)
