@@ -6,7 +6,8 @@
 (the :data:`TOP_MODELS` busiest models of the period by name, the rest as ``other``), stops
 per bucket and reason (``task_events``), the top tasks of the period by dollars and by
 requests, and the tasks stopped in the period with the sentence their requests get. Times
-are UTC; ``step`` is in seconds; at most :data:`MAX_BUCKETS` buckets.
+are UTC; ``step`` is in seconds; at most :data:`MAX_BUCKETS` buckets (a smaller step is
+raised to fit); a period that ends before it starts has no buckets.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 from app.admin import schemas
 from app.admin.errors import AdminError, responses
@@ -122,28 +123,48 @@ class RequestList(BaseModel):
     next_before: int | None
 
 
+_UTC_MIN = datetime.min.replace(tzinfo=timezone.utc)
+_UTC_MAX = datetime.max.replace(tzinfo=timezone.utc)
+
+
 def _utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+    """``t`` in UTC (naive: taken as UTC); clamped to the datetime range at its ends."""
+    try:
+        return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t.astimezone(timezone.utc)
+    except OverflowError:
+        return _UTC_MIN if t.year == datetime.min.year else _UTC_MAX
+
+
+def _iso_date_time(value: object) -> object:
+    """A query's date-time is ISO 8601 text: a bare number (which pydantic would read as
+    Unix seconds) is refused, so the API takes what its schema says (``format: date-time``)."""
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return value
+        raise ValueError("an ISO 8601 date-time (e.g. 2026-12-01T12:00:00Z), not a number")
+    return value
+
+
 
 
 def period(since: datetime | None, until: datetime | None, step: int | None,
            now: datetime) -> tuple[datetime, datetime, int, int]:
-    """``(since, until, step_s, buckets)`` of a stats query (pure); defaults: the last hour,
-    in :data:`DEFAULT_BUCKETS` buckets. Raises :class:`AdminError` 422."""
-    try:
-        until = _utc(until) if until is not None else now
-        since = _utc(since) if since is not None else until - timedelta(hours=1)
-    except (OverflowError, ValueError):
-        raise AdminError(422, "validation_error", "since/until out of range.", "query.since") from None
+    """``(since, until, step_s, buckets)`` of a stats query (pure). Defaults: until now,
+    since an hour before until, :data:`DEFAULT_BUCKETS` buckets. A ``step`` too small for
+    the period is raised so that it has at most :data:`MAX_BUCKETS` buckets; a period
+    that ends before it starts is empty (no buckets)."""
+    until = _utc(until) if until is not None else now
+    if since is not None:
+        since = _utc(since)
+    else:
+        since = until - timedelta(hours=1) if until - _UTC_MIN > timedelta(hours=1) else _UTC_MIN
     span = (until - since).total_seconds()
     if span <= 0:
-        raise AdminError(422, "validation_error", "since must be before until.", "query.since")
-    step = step or max(1, math.ceil(span / DEFAULT_BUCKETS))
-    buckets = math.ceil(span / step)
-    if buckets > MAX_BUCKETS:
-        raise AdminError(422, "validation_error", f"{buckets} buckets of {step} s; at most {MAX_BUCKETS} "
-                         "(choose a larger step or a shorter period).", "query.step")
-    return since, until, step, buckets
+        return since, until, step or 1, 0
+    step = max(step or math.ceil(span / DEFAULT_BUCKETS), math.ceil(span / MAX_BUCKETS))
+    return since, until, step, math.ceil(span / step)
 
 
 def _fold(rows: list, key: str, value: str, n: int, keep: set[str] | None) -> dict[str, list]:
@@ -157,10 +178,12 @@ def _fold(rows: list, key: str, value: str, n: int, keep: set[str] | None) -> di
 
 @router.get("/stats", response_model=Stats, responses=responses())
 async def stats(request: Request,
-                since: datetime | None = Query(None, description="Start (ISO 8601, UTC if no zone); "
-                                               "default an hour before until."),
-                until: datetime | None = Query(None, description="End (ISO 8601); default now."),
-                step: int | None = Query(None, ge=1, le=INT8_MAX, description="Bucket width, seconds.")
+                since: Annotated[datetime | None, BeforeValidator(_iso_date_time), Query(
+                    description="Start (ISO 8601, UTC if no zone); default an hour before until.")] = None,
+                until: Annotated[datetime | None, BeforeValidator(_iso_date_time), Query(
+                    description="End (ISO 8601); default now.")] = None,
+                step: int | None = Query(None, ge=1, le=INT8_MAX, description=(
+                    f"Bucket width, seconds; raised to fit at most {MAX_BUCKETS} buckets."))
                 ) -> Stats:
     """Requests, tokens, dollars and stops over time for the whole fleet, the top tasks,
     and the tasks stopped in the period."""
