@@ -16,6 +16,7 @@ on stderr and exits 2.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import socket
 import sys
 from contextlib import contextmanager
@@ -165,6 +166,21 @@ def prepare_database(settings: Any, resolve: Any, *, serving: bool = True) -> st
                                f"{settings.data_dir}: {first[:300]}") from None
         setting = "TASKGATE_MIGRATION_DATABASE_URL" if settings.migration_database_url else "TASKGATE_DATABASE_URL"
         raise StartupError(f"{setting}: migrating the database failed: {first[:300]}") from None
+
+
+def open_metrics_warning(host: str, metrics_token: str | None) -> str | None:
+    """The start-up line saying ``/metrics`` is open to the network: the gateway listens
+    beyond loopback and ``TASKGATE_METRICS_TOKEN`` is unset (``None`` otherwise)."""
+    if metrics_token:
+        return None
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return None
+    return (f"taskgate: warning: GET /metrics is open to anyone who can reach {host} (task ids, models, "
+            "spend); set TASKGATE_METRICS_TOKEN to require a bearer token")
 
 
 def serve(sock: socket.socket, *, host: str, port: int, workers: int, log_level: str,

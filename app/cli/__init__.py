@@ -81,6 +81,8 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
                err=True)
     for line in report:
         click.echo(line, err=True)
+    if (warning := startup.open_metrics_warning(host, settings.metrics_token)) is not None:
+        click.echo(warning, err=True)
     startup.serve(sock, host=host, port=port, workers=workers, log_level=log_level,
                   options=uvicorn_options(settings))
 

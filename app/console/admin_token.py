@@ -18,19 +18,28 @@ FILE_NAME = "admin_token"
 
 
 def load_or_create(path: Path) -> tuple[str, bool]:
-    """The token stored at ``path``, or a new one written there with mode 0600.
-    Returns ``(token, created)``. Raises ``OSError`` when the file cannot be written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """The token stored at ``path``, or a new one written there with mode 0600 (its
+    directory created 0700 whatever the umask). Returns ``(token, created)``. Raises
+    ``OSError`` when the file cannot be written, and when ``path`` is a symbolic link
+    (never followed: it could point the token anywhere)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     token = "tgadm-" + secrets.token_urlsafe(24)
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | flags, 0o600)
     except FileExistsError:
-        if path.stat().st_mode & 0o077:
-            os.chmod(path, 0o600)
-        stored = path.read_text().strip()
-        if stored:
-            return stored, False
-        path.write_text(token + "\n")
+        if path.is_symlink():
+            raise OSError(f"{path} is a symbolic link; taskgate does not follow it for the admin token") from None
+        fd = os.open(path, os.O_RDWR | flags)
+        with os.fdopen(fd, "r+") as f:
+            if os.fstat(f.fileno()).st_mode & 0o077:
+                os.fchmod(f.fileno(), 0o600)
+            stored = f.read().strip()
+            if stored:
+                return stored, False
+            f.seek(0)
+            f.write(token + "\n")
+            f.truncate()
         return token, True
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")

@@ -11,6 +11,7 @@ from starlette.staticfiles import StaticFiles
 
 from app.console import listeners, metrics, request_log, tracing, webhook
 from app.console.docs import install_docs
+from app.console.ui_headers import SecureHeaders
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
 
@@ -22,7 +23,7 @@ def install(app: FastAPI) -> None:
                                    include_in_schema=False))
     if UI_DIR.is_dir():
         app.router.routes.append(Route("/favicon.ico", _favicon, methods=["GET"], include_in_schema=False))
-        app.mount("/ui", StaticFiles(directory=UI_DIR, html=True), name="ui")
+        app.mount("/ui", SecureHeaders(StaticFiles(directory=UI_DIR, html=True)), name="ui")
     install_docs(app)
     metrics.configure(app.state.gateway_config)
     listeners.subscribe()

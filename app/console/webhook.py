@@ -45,10 +45,18 @@ _COUNTERS = ("admitted_requests", "request_limit", "input_tokens", "output_token
 _active: "StopWebhook | None" = None
 
 
+def slack_escape(text: str) -> str:
+    """``text`` as Slack's ``text`` field reads it literally: ``&``, ``<`` and ``>``
+    escaped (``<!channel>`` or ``<https://x|y>`` in a tool name or stop message would
+    otherwise ping the channel or show a disguised link)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def stop_payload(row: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON document for one stop. ``row`` is a ``tasks`` row plus ``event_reason``,
     ``event_detail`` and ``event_at`` of its ``stopped`` event. ``text`` makes it a
-    valid Slack incoming-webhook message."""
+    valid Slack incoming-webhook message (escaped, :func:`slack_escape`); the other
+    fields are the unescaped values."""
     task = replace(Task.from_row(row), status="stopped", stop_reason=row["event_reason"],
                    stop_detail=row["event_detail"])
     message = stop_message(task)
@@ -56,7 +64,7 @@ def stop_payload(row: Mapping[str, Any]) -> dict[str, Any]:
     counters["total_tokens"] = row["input_tokens"] + row["output_tokens"]
     at: datetime = row["event_at"]
     return {
-        "text": f"taskgate: task {row['id']} stopped ({row['event_reason']}). {message}",
+        "text": slack_escape(f"taskgate: task {row['id']} stopped ({row['event_reason']}). {message}"),
         "event": "task.stopped",
         "task_id": row["id"],
         "stop_reason": row["event_reason"],

@@ -10,6 +10,8 @@ processes notice at once.
 from __future__ import annotations
 
 import atexit
+from collections.abc import Iterator
+from contextlib import contextmanager
 import fcntl
 import logging
 import os
@@ -55,6 +57,16 @@ def _system_user() -> str | None:
     return "embedded_postgres" if hasattr(os, "geteuid") and os.geteuid() == 0 else None
 
 
+def private_dir(path: Path) -> None:
+    """Create ``path`` with mode 0700 whatever the umask; an existing one of this user
+    loses group and other write permission (a world-writable data directory would let
+    anyone swap the database or the admin token)."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    info = path.stat()
+    if info.st_uid == os.getuid() and info.st_mode & 0o022:
+        os.chmod(path, info.st_mode & ~0o022 & 0o7777)
+
+
 def start(data_dir: Path) -> str:
     """Start (or attach to) the embedded PostgreSQL under ``data_dir / "pgdata"``.
 
@@ -64,8 +76,9 @@ def start(data_dir: Path) -> str:
     the log is at ``data_dir / "pgdata" / "log"``.
     """
     pgdata = pgdata_dir(data_dir)
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
-    server = _embedded_postgres().get_server(pgdata)
+    private_dir(pgdata.parent)
+    with restart_lock(pgdata):  # a restart in progress (app.db.supervisor) finishes first
+        server = _embedded_postgres().get_server(pgdata)
     url = asyncpg_url(server.get_uri())
     if pgdata not in _handles:  # registered after the package's own exit handler: runs first
         _handles.add(pgdata)
@@ -114,6 +127,16 @@ def is_running(pgdata: Path) -> bool:
         return False
 
 
+@contextmanager
+def restart_lock(pgdata: Path) -> Iterator[None]:
+    """Hold the exclusive lock on ``pgdata/../embedded-restart.lock`` (blocking): taken
+    by :func:`restart` and by :func:`start`, so a gateway starting while another
+    restarts the server waits for it instead of failing."""
+    with open(pgdata.parent / "embedded-restart.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def restart(pgdata: Path, sockets: Path) -> bool:
     """Start the embedded PostgreSQL of ``pgdata`` again after its postmaster died, with
     its Unix socket in ``sockets`` (the URL does not change). PostgreSQL runs crash
@@ -125,8 +148,7 @@ def restart(pgdata: Path, sockets: Path) -> bool:
     ``subprocess.CalledProcessError`` when ``pg_ctl start`` fails (e.g. processes of the
     dead server still hold its shared memory: try again a moment later).
     """
-    with open(pgdata.parent / "embedded-restart.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with restart_lock(pgdata):
         if is_running(pgdata):
             return False
         _embedded_postgres().pg_ctl(

@@ -10,7 +10,9 @@ no CR or LF, so a key split across two upstream chunks is whole in the bytes tha
 are sent, and one ``in`` test per key per sent chunk finds it. Bytes without a key are
 passed through unchanged (the same object): byte-exactness holds. Keys shorter than
 :data:`MIN_KEY_BYTES` are not redacted (replacing a short string would corrupt
-ordinary text); real provider keys are 40 bytes and more.
+ordinary text); real provider keys are 40 bytes and more. A key echoed fully
+``\\u``-escaped (``"\\u0073\\u006b..."``, which a JSON client decodes to the key) is masked
+too (:func:`_spellings`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ class Redactor:
     __slots__ = ("keys",)
 
     def __init__(self, keys: Iterable[str | None]) -> None:
-        unique = {k.strip().encode() for k in keys if k and len(k.strip().encode()) >= MIN_KEY_BYTES}
+        plain = {k.strip() for k in keys if k and len(k.strip().encode()) >= MIN_KEY_BYTES}
+        unique = {variant for key in plain for variant in _spellings(key)}
         self.keys: tuple[bytes, ...] = tuple(sorted(unique, key=len, reverse=True))
 
     def __call__(self, data: bytes) -> bytes:
@@ -43,6 +46,13 @@ class Redactor:
         if not self.keys:
             return raw
         return [(name, self(value)) for name, value in raw]
+
+
+def _spellings(key: str) -> set[bytes]:
+    """The bytes a key may be echoed as: as is, and JSON-escaped character by character
+    (``\\u0073\\u006b...``, lower- and upper-case hex), which a JSON parser reads as the key."""
+    return {key.encode(), "".join(f"\\u{ord(c):04x}" for c in key).encode(),
+            "".join(f"\\u{ord(c):04X}" for c in key).encode()}
 
 
 #: Provider header names whose values are credentials (e.g. Azure ``api-key``).

@@ -39,6 +39,8 @@ import asyncpg
 from app.admission.refusals import stop_refusal
 from app.db import tasks as task_rows
 from app.db.pool import asyncpg_dsn
+from app.db.errors import database_unreachable
+from app.fault_log import faults
 from app.proxy.open_requests import OpenRequests
 from app.settings import Settings
 from app.task import Task
@@ -126,8 +128,12 @@ class StopWatcher:
     async def _check_logged(self, task_ids: list[str], path: str) -> None:
         try:
             await self.check(task_ids, path)
-        except Exception:  # noqa: BLE001 - the poller or the next notification retries
-            logger.exception("reading the latch of %s failed", task_ids)
+        except Exception as exc:  # noqa: BLE001 - the poller or the next notification retries
+            if not database_unreachable(exc):
+                logger.exception("reading the latch of %s failed", task_ids)
+            else:  # one line per outage (the fault log), not a traceback per poll
+                faults.report("stop watch", "database unavailable; latches are read again when it is back",
+                              exc, logging.WARNING)
 
     async def _listen_forever(self) -> None:
         attempt = 0
@@ -138,7 +144,7 @@ class StopWatcher:
                                              statement_cache_size=0,  # may be PgBouncer
                                              server_settings={"application_name": "taskgate-stop-listener"})
             except Exception as exc:  # noqa: BLE001
-                logger.warning("stop listener cannot connect (%r); polling meanwhile", exc)
+                faults.report("stop listener", "cannot connect; polling meanwhile", exc, logging.WARNING)
             else:
                 try:
                     if not await _is_direct(conn):
@@ -151,7 +157,7 @@ class StopWatcher:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001
-                    logger.warning("stop listener lost its connection (%r); reconnecting", exc)
+                    faults.report("stop listener", "lost its connection; reconnecting", exc, logging.WARNING)
                 finally:
                     self.live = False
                     conn.terminate()
