@@ -18,6 +18,12 @@ httptools parser, so :class:`BoundedHttpToolsProtocol` adds both:
   the backstop one second later for routes that do not (``408``, or a plain close when
   a response was already sent).
 
+- **Per-client caps** (:mod:`app.client_caps`): open connections and connections that
+  have not finished their first headers, per peer address; a connection past a cap is
+  closed when accepted.
+- **First-byte deadline** (``first_byte_timeout_s``): a new connection that sends
+  nothing within it is closed (shorter than the header deadline).
+
 A protocol class is uvicorn's documented extension point (its ``http`` option).
 """
 
@@ -28,6 +34,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.client_caps import ClientCaps
 from app.settings import Settings, get_settings
 
 _408 = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
@@ -37,6 +44,17 @@ _431 = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/pla
 
 class HeadersTooLarge(Exception):
     """Raised inside the parser's callback to stop parsing an oversized request."""
+
+
+_caps: ClientCaps | None = None
+
+
+def client_caps(settings: Settings) -> ClientCaps:
+    """This process's per-client-address counters (:mod:`app.client_caps`)."""
+    global _caps
+    if _caps is None:
+        _caps = ClientCaps(settings.max_connections_per_client, settings.max_unfinished_per_client)
+    return _caps
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -54,15 +72,47 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_timer: asyncio.TimerHandle | None = None
         self._too_large = False
         self._request_begun = False
+        self._caps = client_caps(settings)
+        self._first_byte_timeout_s = settings.first_byte_timeout_s
+        self._first_byte_timer: asyncio.TimerHandle | None = None
+        self._peer: str | None = None  # counted in the caps while set
+        self._unfinished = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        peer = transport.get_extra_info("peername")
+        address = peer[0] if isinstance(peer, tuple) and peer else None
+        if address is not None:
+            if not self._caps.accept(address):
+                transport.close()  # over this client's cap: it has sent nothing, nothing to answer
+                return
+            self._peer, self._unfinished = address, True
         self._arm()
+        if self._first_byte_timeout_s:
+            self._first_byte_timer = self.loop.call_later(self._first_byte_timeout_s, self._silent)
+
+    def data_received(self, data: bytes) -> None:
+        if self._first_byte_timer is not None:
+            self._first_byte_timer.cancel()
+            self._first_byte_timer = None
+        super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         self._disarm_body()
+        if self._first_byte_timer is not None:
+            self._first_byte_timer.cancel()
+            self._first_byte_timer = None
+        if self._peer is not None:
+            self._caps.closed(self._peer, self._unfinished)
+            self._peer = None
         super().connection_lost(exc)
+
+    def _silent(self) -> None:
+        """No byte within the first-byte deadline: close (nothing to answer)."""
+        self._first_byte_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -80,6 +130,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
+        if self._unfinished and self._peer is not None:
+            self._caps.finished_headers(self._peer)
+            self._unfinished = False
         self._disarm()
         self._request_begun = False
         super().on_headers_complete()

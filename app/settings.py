@@ -194,6 +194,17 @@ class Settings(BaseSettings):
         "limit_concurrency: 503 above); 0 disables. Each relayed request also holds an upstream "
         "connection: raise the open-files limit to more than twice this.",
     )
+    max_connections_per_client: int = Field(
+        default=256, ge=0,
+        description="Open connections per client IP address and process; more are closed when "
+        "accepted (app/client_caps.py). 0 disables; behind a reverse proxy raise it or set 0.")
+    max_unfinished_per_client: int = Field(
+        default=32, ge=0,
+        description="Connections per client IP address and process that have not yet sent their "
+        "first request's headers; more are closed when accepted. 0 disables.")
+    first_byte_timeout_s: float = Field(
+        default=5.0, ge=0,
+        description="A new connection that sends no byte within this is closed; 0 disables.")
     keep_alive_timeout_s: float = Field(
         default=5.0, description="Idle time after which a kept-alive client connection is closed."
     )

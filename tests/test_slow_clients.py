@@ -19,7 +19,9 @@ HEADER_S, BODY_S = 1.0, 1.5
 def bounded(database_url: str, upstream: UpstreamServer) -> Iterator[GatewayProcess]:
     with GatewayProcess(database_url, upstream.base_url, TASKGATE_HEADER_TIMEOUT_S=str(HEADER_S),
                         TASKGATE_BODY_TIMEOUT_S=str(BODY_S), TASKGATE_MAX_HEADER_BYTES="8192",
-                        TASKGATE_MAX_CONNECTIONS="40") as gw:
+                        TASKGATE_MAX_CONNECTIONS="40",
+                        # the global cap and the header deadline alone (per-client caps: test_client_caps.py)
+                        TASKGATE_MAX_UNFINISHED_PER_CLIENT="0", TASKGATE_FIRST_BYTE_TIMEOUT_S="0") as gw:
         yield gw
 
 
