@@ -1,5 +1,6 @@
 """The gateway process's periodic maintenance jobs, started with the app and cancelled
-when it stops: the reservation sweep (:mod:`app.admission.reservations`). Every job is
+when it stops: the reservation sweep (:mod:`app.admission.reservations`) and retention
+(:mod:`app.retention`). Every job is
 safe to run in every process of every replica at once."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncpg
 
 from app.admission.reservations import sweep_forever
 from app.proxy import json_offload
+from app.retention import prune_forever
 from app.settings import Settings
 
 
@@ -19,6 +21,8 @@ def start(pool: asyncpg.Pool, settings: Settings) -> list[asyncio.Task[None]]:
     jobs = []
     if settings.reservation_sweep_s > 0:
         jobs.append(asyncio.create_task(sweep_forever(pool, settings), name="reservation sweep"))
+    if settings.retention_days is not None:
+        jobs.append(asyncio.create_task(prune_forever(pool, settings), name="retention"))
     return jobs
 
 

@@ -142,6 +142,11 @@ class Settings(BaseSettings):
         "and hide the usage-only chunk from clients that did not ask. false: only for tasks with a token or "
         "dollar limit; other such streams are relayed untouched and their tokens are unknown.",
     )
+    retention_days: float | None = Field(
+        default=None, gt=0,
+        description="Delete tasks stopped or idle (tasks.updated_at) longer than this many days, with "
+        "their events, ledger, conversations and request log, hourly in batches (app/retention.py); "
+        "unset: never.")
     reservation_sweep_s: float = Field(
         default=30.0, ge=0,
         description="Seconds between sweeps releasing dollar holds past their request's deadline "

@@ -1,5 +1,6 @@
 """Admin actions that maintain the database by hand (Bearer ``TASKGATE_ADMIN_TOKEN``):
-releasing a task's stranded dollar holds (:mod:`app.admission.reservations`).
+releasing a task's stranded dollar holds (:mod:`app.admission.reservations`) and
+pruning finished tasks (:mod:`app.retention`).
 
 Errors as the rest of the admin API (:mod:`app.admin.errors`): 401, 404 unknown task,
 422 bad path, 503 database unreachable.
@@ -7,12 +8,13 @@ Errors as the rest of the admin API (:mod:`app.admin.errors`): 401, 404 unknown 
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from app.admin.errors import AdminError, responses
 from app.admin.routes import TaskIdPath, router as admin_routes
 from app.admission import reservations
+from app import retention
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=admin_routes.dependencies)
 
@@ -40,3 +42,19 @@ async def release_reservations(task_id: TaskIdPath, request: Request) -> Release
     reserved = await pool.fetchval("SELECT reserved_usd FROM tasks WHERE id = $1", task_id)
     return ReleasedReservations(task_id=task_id, released=released.reservations,
                                 released_usd=str(released.usd), reserved_usd=str(reserved or 0))
+
+
+class Pruned(BaseModel):
+    """What ``POST /admin/prune`` deleted."""
+
+    deleted: int = Field(description="Tasks deleted, each with its events, ledger and conversations.")
+    older_than_days: float
+
+
+@router.post("/prune", response_model=Pruned, responses=responses())
+async def prune_tasks(request: Request,
+                      older_than_days: float = Query(gt=0, le=100_000, description=(
+                          "Delete tasks stopped or idle for more than this many days."))) -> Pruned:
+    """Delete finished tasks now, as the retention job does (in batches)."""
+    return Pruned(deleted=await retention.prune(request.app.state.db, older_than_days),
+                  older_than_days=older_than_days)

@@ -173,6 +173,16 @@ def resume(api: AdminClient, as_json: bool, task_id: str, reason: str) -> None:
 
 
 @tasks.command()
+@click.option("--older-than-days", type=float, required=True,
+              help="Delete tasks stopped or idle for more than this many days (with their history).")
+@admin_command
+def prune(api: AdminClient, as_json: bool, older_than_days: float) -> None:
+    """Delete finished tasks now, as TASKGATE_RETENTION_DAYS does in the background."""
+    done = api.request("POST", "/admin/prune", params={"older_than_days": older_than_days})
+    render.print_json(done) if as_json else render.out.print(f"deleted {done['deleted']} task(s)")
+
+
+@tasks.command()
 @click.argument("task_id")
 @admin_command
 def release(api: AdminClient, as_json: bool, task_id: str) -> None:
