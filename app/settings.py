@@ -147,11 +147,8 @@ class Settings(BaseSettings):
         description="Delete tasks stopped or idle (tasks.updated_at) longer than this many days, with "
         "their events, ledger, conversations and request log, hourly in batches (app/retention.py); "
         "unset: never.")
-    reservation_sweep_s: float = Field(
-        default=30.0, ge=0,
-        description="Seconds between sweeps releasing dollar holds past their request's deadline "
-        "whose gateway process is gone (app/admission/reservations.py); 0 turns the sweep off.",
-    )
+    reservation_sweep_s: float = Field(default=30.0, ge=0, description="Seconds between sweeps releasing holds "
+                                       "of gone gateways past their deadline (app/admission/reservations.py); 0: off.")
     cost_wait_s: float = Field(
         default=30.0, ge=0, allow_inf_nan=False,
         description="Seconds a request of a task with cost_limit_usd waits when it fits only once the "
@@ -207,9 +204,8 @@ class Settings(BaseSettings):
         default=32, ge=0,
         description="Connections per client IP address and process that have not yet sent their "
         "first request's headers; more are closed when accepted. 0 disables.")
-    first_byte_timeout_s: float = Field(
-        default=5.0, ge=0,
-        description="A new connection that sends no byte within this is closed; 0 disables.")
+    first_byte_timeout_s: float = Field(default=5.0, ge=0, description="A new connection silent this long is "
+                                        "closed; 0 disables.")
     keep_alive_timeout_s: float = Field(
         default=5.0, description="Idle time after which a kept-alive client connection is closed."
     )
@@ -288,11 +284,8 @@ class Settings(BaseSettings):
         "code blocks, repeated turn pairs) from request histories without structured tool results "
         "and judge it like tool calls named `text:<name>` (app/guard/text_actions.py).",
     )
-    json_offload_bytes: int = Field(
-        default=1 << 20, ge=0,
-        description="Request bodies of at least this many bytes are parsed in a helper process, off "
-        "the event loop (app/proxy/json_offload.py); 0 parses every body in the gateway process.",
-    )
+    json_offload_bytes: int = Field(default=1 << 20, ge=0, description="Request bodies this large are parsed "
+                                    "in a helper process (app/proxy/json_offload.py); 0: never.")
     guard_result_scan_bytes: int = Field(
         default=64 * 1024, ge=1024,
         description="Bytes of one tool result the loop guard normalises and classifies (UTF-8): "
