@@ -75,8 +75,12 @@ def test_concurrent_requests_over_two_gateways_never_settle_past_the_ceiling(
                 return response.status_code
             return await asyncio.gather(*(one(i) for i in range(200)))
 
-    with GatewayProcess(database_url, upstream.base_url) as second:
-        statuses = asyncio.run(run([gateway.url, second.url]))
+    # every client here is 127.0.0.1: lift the per-address cap on connections still sending
+    # their headers (TASKGATE_MAX_UNFINISHED_PER_CLIENT, 32), which 100 new ones at once pass
+    uncapped = {"TASKGATE_MAX_UNFINISHED_PER_CLIENT": "0"}
+    with GatewayProcess(database_url, upstream.base_url, **uncapped) as first, \
+            GatewayProcess(database_url, upstream.base_url, **uncapped) as second:
+        statuses = asyncio.run(run([first.url, second.url]))
     # `fits` reservations went upstream at once; the others waited for them (holds never
     # latch), and once they settled the ceiling was truly reached: the first waiter to
     # decide set the latch, the rest found the task stopped

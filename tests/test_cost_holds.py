@@ -61,8 +61,9 @@ def gateways(database_url: str, pricey: UpstreamServer, tmp_path_factory: pytest
              ) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
     path = Path(tmp_path_factory.mktemp("config")) / "taskgate.yaml"
     path.write_text(CONFIG.format(upstream=pricey.base_url, model=MODEL))
-    with GatewayProcess(database_url, pricey.base_url, TASKGATE_CONFIG=str(path)) as one, \
-            GatewayProcess(database_url, pricey.base_url, TASKGATE_CONFIG=str(path)) as two:
+    env = {"TASKGATE_CONFIG": str(path), "TASKGATE_MAX_UNFINISHED_PER_CLIENT": "0"}  # all clients: 127.0.0.1
+    with GatewayProcess(database_url, pricey.base_url, **env) as one, \
+            GatewayProcess(database_url, pricey.base_url, **env) as two:
         yield one, two
 
 
