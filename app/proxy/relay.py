@@ -186,8 +186,8 @@ class RelayResponse(Response):
             raise self._failed(exc, "did not answer in time", unreachable=True) from None
         try:
             self.outcome.status = upstream.status_code
-            chunks = None
-            if upstream.headers.get("content-type", "").startswith("text/event-stream"):
+            chunks: AsyncIterator[bytes] | None = None
+            if (upstream.headers.get("content-type") or "").startswith("text/event-stream"):
                 chunks = upstream.aiter_raw()
             elif self.stream_requested and upstream.is_success:
                 try:

@@ -41,7 +41,7 @@ def strip_usage_chunks(out: bytes, is_usage_only: Callable[[str, str], bool]) ->
     line ending that holds several events, possible only with mixed line endings, is
     dropped only when all of them are usage-only.)"""
     parts = _BOUNDARY.split(out)  # event, boundary, event, boundary, ..., tail
-    kept = []
+    kept: list[bytes] = []
     for i in range(0, len(parts) - 1, 2):
         events = block_events(parts[i])
         if not (events and all(is_usage_only(event, data) for event, data in events)):
