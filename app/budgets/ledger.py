@@ -12,7 +12,7 @@ any budget's limit. This is the simple exact design: a budget's window row is lo
 once per admitted request of any of its tasks, for the rest of that transaction (a few
 milliseconds), so one budget admits one request at a time (see docs/budgets.md).
 
-**Settle** (:func:`settle`, after the exchange, its own statement, before the task's): the
+**Settle** (:func:`settle`, after the exchange, before the task's; one row per statement): the
 tokens upstream reported and the dollars settled go into the windows the request was
 reserved in (also when a window rolled over meanwhile), and its reservation is released.
 A dollar hold's budget windows are recorded on its ``reservations`` row, so a gateway
@@ -55,18 +55,16 @@ _RESERVE = (
     " FROM unnest($1::text[], $2::timestamptz[]) AS k(budget_id, window_start)"
     " WHERE w.budget_id = k.budget_id AND w.window_start = k.window_start"
 )
-#: ``$7`` is the request's ``reservations`` row: its budget windows are released only if
-#: the sweeper has not released them (the row's lock orders the two; NULL arrays: done).
+#: The request's ``reservations`` row gives up its budget windows: only the first of
+#: settlement and the sweeper gets them (the row's lock orders the two; NULL: taken).
+_TAKE_HOLD = ("UPDATE reservations SET budget_ids = NULL, budget_window_starts = NULL"
+              " WHERE id = $1 AND budget_ids IS NOT NULL RETURNING id")
+#: One window at a time: settlement never holds two window locks, so it can never close a
+#: circle with an admission (which locks the chain root first).
 _SETTLE = (
-    "WITH held AS (UPDATE reservations SET budget_ids = NULL, budget_window_starts = NULL"
-    "   WHERE id = $7 AND budget_ids IS NOT NULL RETURNING id),"
-    " release AS (SELECT CASE WHEN $7::bigint IS NULL OR (SELECT count(*) FROM held) > 0"
-    "   THEN $6::numeric ELSE 0 END AS usd)"
-    " UPDATE budget_windows w SET input_tokens = w.input_tokens + $3, output_tokens = w.output_tokens + $4,"
-    " cost_usd = w.cost_usd + $5, reserved_usd = GREATEST(w.reserved_usd - release.usd, 0)"
-    " FROM release, unnest($1::text[], $2::timestamptz[]) AS k(budget_id, window_start)"
-    " WHERE w.budget_id = k.budget_id AND w.window_start = k.window_start"
-    " RETURNING w.budget_id, w.window_start, w.cost_usd"
+    "UPDATE budget_windows SET input_tokens = input_tokens + $3, output_tokens = output_tokens + $4,"
+    " cost_usd = cost_usd + $5, reserved_usd = GREATEST(reserved_usd - $6, 0)"
+    " WHERE budget_id = $1 AND window_start = $2 RETURNING budget_id, cost_usd"
 )
 _MARK_EXHAUSTED = (
     "UPDATE budget_windows SET exhausted_at = now() WHERE budget_id = $1 AND window_start = $2"
@@ -118,9 +116,16 @@ async def settle(conn: asyncpg.Connection, keys: Sequence[WindowKey], input_toke
     dead; :mod:`app.admission.reservations`): exactly once either way. Runs before the
     task's own settlement deletes the ``reservations`` row. Returns each budget's settled
     dollars in that window now."""
-    rows = await conn.fetch(_SETTLE, [k[0] for k in keys], [k[1] for k in keys], input_tokens,
-                            output_tokens, cost_usd, release_usd, reservation_id)
-    return [(r["budget_id"], r["cost_usd"]) for r in rows]
+    if reservation_id is not None and release_usd:
+        if await conn.fetchval(_TAKE_HOLD, reservation_id) is None:
+            release_usd = Decimal(0)  # the sweeper released it: the gateway was taken for dead
+    spent = []
+    for budget_id, window_start in keys:  # each its own statement, root first
+        row = await conn.fetchrow(_SETTLE, budget_id, window_start, input_tokens, output_tokens, cost_usd,
+                                  release_usd)
+        if row is not None:
+            spent.append((row["budget_id"], row["cost_usd"]))
+    return spent
 
 
 async def mark_exhausted(conn: asyncpg.Connection, key: WindowKey) -> bool:
