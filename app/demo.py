@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import httpx
@@ -26,6 +27,9 @@ from app.db import embedded
 from app.main import create_app
 from app.settings import Settings
 from app.testing.upstream import UpstreamServer
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
 
 def _free_port() -> int:
@@ -76,11 +80,11 @@ def run_demo(max_turns: int = 20, tool_result: str = "") -> dict:
             task = admin.post("/admin/tasks", json={"id": "demo-task", "request_limit": 100}).json()
             click.echo(f"gateway: {base}/v1 — task {task['id']} created, request_limit 100\n")
             agent = openai.OpenAI(base_url=base + "/v1", api_key=task["token"], max_retries=0)
-            messages: list[dict] = [
+            messages: list[ChatCompletionMessageParam] = [
                 {"role": "system", "content": "You are a coding agent."},
                 {"role": "user", "content": "Summarise notes/todo.md"},
             ]
-            tools = [{"type": "function", "function": {"name": "read_file", "parameters": {
+            tools: list[ChatCompletionToolParam] = [{"type": "function", "function": {"name": "read_file", "parameters": {
                 "type": "object", "properties": {"path": {"type": "string"}}}}}]
             for turn in range(1, max_turns + 1):
                 try:
@@ -88,12 +92,16 @@ def run_demo(max_turns: int = 20, tool_result: str = "") -> dict:
                                                             tools=tools).choices[0].message
                 except openai.BadRequestError as exc:
                     click.secho(f"turn {turn:2}: refused by taskgate (HTTP {exc.status_code}): "
-                                f"{exc.body.get('message')}", fg="red")
+                                f"{exc.body.get('message') if isinstance(exc.body, dict) else exc.body}", fg="red")
                     break
                 calls = message.tool_calls or []
                 messages.append({"role": "assistant", "content": message.content, "tool_calls": [
-                    c.model_dump(exclude_none=True) for c in calls]})
+                    {"id": c.id, "type": "function",
+                     "function": {"name": c.function.name, "arguments": c.function.arguments}}
+                    for c in calls if c.type == "function"]})
                 for call in calls:
+                    if call.type != "function":  # the demo's tool is a function
+                        continue
                     click.echo(f"turn {turn:2}: model calls {call.function.name}({call.function.arguments}) "
                                f"→ agent runs it → {tool_result!r}")
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": tool_result})

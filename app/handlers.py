@@ -60,34 +60,34 @@ def install(app: FastAPI, settings: Settings) -> None:
         return JSONResponse({"status": "ready", "database": "ok"})
 
     @app.exception_handler(GatewayError)
-    async def _gateway_error(request: Request, exc: GatewayError):  # type: ignore[no-untyped-def]
+    async def _gateway_error(request: Request, exc: GatewayError) -> Response:
         events.GATEWAY_ANSWERED.emit(events.GatewayAnswered(request.url.path, exc))
         return error_response(request.url.path, exc)
 
     @app.exception_handler(AdminError)
-    async def _admin_error(request: Request, exc: AdminError):  # type: ignore[no-untyped-def]
+    async def _admin_error(request: Request, exc: AdminError) -> Response:
         return admin_errors.error_response(exc.status, exc.message, code=exc.code, param=exc.param,
                                            headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException):  # type: ignore[no-untyped-def]
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if request.url.path.startswith("/v1/"):
             return error_response(request.url.path, GatewayError(
                 exc.status_code, "invalid_request_error", None, str(exc.detail)))
         headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 405:
-            headers["Allow"] = admin_errors.allow_header(request.app.router.routes, request.scope)
+            headers["Allow"] = admin_errors.allow_header(request.app.router.routes, dict(request.scope))
         return admin_errors.error_response(exc.status_code, str(exc.detail), headers=headers)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError):  # type: ignore[no-untyped-def]
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
         return admin_errors.validation_response(exc)
 
     @app.exception_handler(asyncpg.PostgresError)
     @app.exception_handler(asyncpg.InterfaceError)
     @app.exception_handler(TimeoutError)
     @app.exception_handler(OSError)
-    async def _database_error(request: Request, exc: Exception):  # type: ignore[no-untyped-def]
+    async def _database_error(request: Request, exc: Exception) -> Response:
         """503 (one rate-limited log line) while the database is out of reach; any other
         database error is a bug: 500 with a request id."""
         if not database_unreachable(exc):
@@ -96,7 +96,7 @@ def install(app: FastAPI, settings: Settings) -> None:
         return _gateway_or_admin(request, unavailable())
 
     @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception):  # type: ignore[no-untyped-def]
+    async def _unexpected(request: Request, exc: Exception) -> Response:
         return _internal_error(request, exc)
 
 

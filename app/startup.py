@@ -46,7 +46,7 @@ def env_name(field: str) -> str:
     return "TASKGATE_" + field.upper()
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 

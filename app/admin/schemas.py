@@ -9,7 +9,7 @@ overrides are also checked by the detector's own :class:`~app.guard.detector.Thr
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -39,8 +39,28 @@ from app.guard.normalize import check_patterns
 TASK_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 TaskId = Annotated[str, StringConstraints(pattern=TASK_ID_PATTERN)]
 
-#: A count of calls in a loop-guard threshold (the detector's window must fit a bigint).
-GuardCount = pg_int(ge=1)
+# The bounded field types of the bodies (app.db.bounds builds them as Annotated types with
+# pydantic constraints); a type checker sees the Python type each one validates to.
+if TYPE_CHECKING:
+    GuardCount = int
+    Streak = int
+    Repeats = int
+    Count = int
+    PositiveCount = int
+    PositiveSeconds = float
+    WaitSeconds = float
+    Dollars = float
+else:
+    #: A count of calls in a loop-guard threshold (the detector's window must fit a bigint).
+    GuardCount = pg_int(ge=1)
+    Streak = pg_int(ge=2)  # a run of calls: two at least
+    Repeats = pg_int(ge=0)  # 0 disables
+    Count = pg_bigint(ge=0)
+    PositiveCount = pg_bigint(ge=1)
+    PositiveSeconds = seconds(gt=0)
+    WaitSeconds = seconds(le=3600)
+    Dollars = finite_number(ge=0, le=1e9)
+
 ToolName = Annotated[SafeText, StringConstraints(min_length=1, max_length=256)]
 #: A regular expression in Python ``re`` syntax (JSON Schema's ``regex`` format is ECMA-262).
 Pattern = Annotated[SafeText, StringConstraints(min_length=1, max_length=1000),
@@ -57,11 +77,11 @@ class LoopGuardOverrides(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    identical_streak: pg_int(ge=2) | None = Field(
+    identical_streak: Streak | None = Field(
         None, description="Rule 1: identical calls in a row (calls).")
-    cycle_repeats: pg_int(ge=2) | None = Field(
+    cycle_repeats: Streak | None = Field(
         None, description="Rule 2: repeats of a 2- or 3-call cycle.")
-    failure_streak: pg_int(ge=2) | None = Field(
+    failure_streak: Streak | None = Field(
         None, description="Rule 3: failures of one tool in a row.")
     per_tool_thresholds: Annotated[dict[ToolName, GuardCount], KEYS_AS_PROPERTY_NAMES,
                                    Field(max_length=1000)] | None = Field(
@@ -70,9 +90,9 @@ class LoopGuardOverrides(BaseModel):
     loop_warning: StrictBool | None = Field(None, description="Rule 6: warn the model before the stop.")
     loop_warning_after: GuardCount | None = Field(
         None, description="Rule 6: warn from this identical repeat on.")
-    empty_result_streak: pg_int(ge=2) | None = Field(
+    empty_result_streak: Streak | None = Field(
         None, description="repeated_empty_result: empty results of one tool in a row (calls).")
-    response_repeats: pg_int(ge=0) | None = Field(
+    response_repeats: Repeats | None = Field(
         None, description="repeated_response: identical text answers in a row (answers); 0 disables.")
     repeated_output: StrictBool | None = Field(
         None, description="repeated_output: cut a streamed answer that keeps repeating one passage.")
@@ -91,10 +111,14 @@ class LoopGuardOverrides(BaseModel):
     def _detector_accepts(self) -> "LoopGuardOverrides":
         """Build the detector's thresholds from these overrides (defaults elsewhere):
         whatever :class:`Thresholds` refuses is refused here."""
-        given = {"identical_streak": self.identical_streak, "cycle_repeats": self.cycle_repeats,
-                 "failure_streak": self.failure_streak, "per_tool": self.per_tool_thresholds,
-                 "warn_after": self.loop_warning_after}
-        Thresholds(**{k: v for k, v in given.items() if v is not None})  # ValueError -> 422
+        default = Thresholds()
+        Thresholds(  # ValueError -> 422
+            identical_streak=default.identical_streak if self.identical_streak is None else self.identical_streak,
+            cycle_repeats=default.cycle_repeats if self.cycle_repeats is None else self.cycle_repeats,
+            failure_streak=default.failure_streak if self.failure_streak is None else self.failure_streak,
+            per_tool=self.per_tool_thresholds or {},
+            warn_after=self.loop_warning_after,
+        )
         return self
 
 
@@ -103,38 +127,38 @@ class TaskLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    request_limit: pg_bigint(ge=0) | None = Field(
+    request_limit: Count | None = Field(
         None, description="Admitted POSTs allowed (requests). Default TASKGATE_DEFAULT_REQUEST_LIMIT.")
-    max_duration_s: seconds(gt=0) | None = Field(
+    max_duration_s: PositiveSeconds | None = Field(
         None, description=f"Wall-clock seconds from the first admitted request (at most {MAX_SECONDS:g}).")
-    token_limit: pg_bigint(ge=0) | None = Field(
+    token_limit: Count | None = Field(
         None, description="Input + output tokens reported by upstream.")
-    tool_call_limit: pg_bigint(ge=0) | None = Field(
+    tool_call_limit: Count | None = Field(
         None, description="Rule 5: total tool calls of the task.")
-    max_stalls: pg_int(ge=1) | None = Field(
+    max_stalls: GuardCount | None = Field(
         None, description=f"Stream stalls before the task is stopped (repeated_stalls), at most {INT4_MAX}.")
     stream_idle_timeout_s: FiniteSeconds | None = Field(
         None, description="Override of TASKGATE_STREAM_IDLE_TIMEOUT_S; 0 disables.")
     stream_first_event_timeout_s: FiniteSeconds | None = Field(
         None, description="Override of TASKGATE_STREAM_FIRST_EVENT_TIMEOUT_S; 0 disables.")
-    conversation_request_limit: pg_bigint(ge=1) | None = Field(
+    conversation_request_limit: PositiveCount | None = Field(
         None, description="Admitted requests per conversation key (requests); stops the task.")
-    conversation_tool_call_limit: pg_bigint(ge=0) | None = Field(
+    conversation_tool_call_limit: Count | None = Field(
         None, description="Tool calls per conversation key (calls); stops the task.")
-    conversation_max_duration_s: seconds(gt=0) | None = Field(
+    conversation_max_duration_s: PositiveSeconds | None = Field(
         None, description="Seconds from a conversation's first counted request; stops the task.")
-    upstream_timeout_s: seconds(gt=0) | None = Field(
+    upstream_timeout_s: PositiveSeconds | None = Field(
         None, description="Total time a non-streamed request may take upstream (seconds; default "
         "TASKGATE_UPSTREAM_TIMEOUT_S); a timeout counts toward max_stalls.")
     loop_guard: LoopGuardOverrides | None = None
-    cost_limit_usd: finite_number(ge=0, le=1e9) | None = Field(
+    cost_limit_usd: Dollars | None = Field(
         None, description="Hard ceiling in US dollars: a request is admitted only if the task's settled cost, "
         "the worst-case cost of its requests in flight and this request's worst-case cost stay within it.")
-    default_max_output_tokens: pg_bigint(ge=1) | None = Field(
+    default_max_output_tokens: PositiveCount | None = Field(
         None, description="With cost_limit_usd: the output maximum taskgate adds to a request that sets none "
         "(max_completion_tokens, max_output_tokens, max_tokens), so the provider enforces the bound its "
         "reservation assumes; default the model's default_max_output_tokens (TASKGATE_CONFIG).")
-    cost_wait_s: seconds(le=3600) | None = Field(
+    cost_wait_s: WaitSeconds | None = Field(
         None, description="Seconds a request waits for the task's reservations in flight to settle when it "
         "fits under cost_limit_usd only once they do (then 429 cost_reserved); default TASKGATE_COST_WAIT_S.")
     allowed_models: list[Annotated[SafeText, StringConstraints(min_length=1, max_length=256)]] | None = Field(
@@ -159,7 +183,7 @@ class TaskPatch(TaskLimits):
     a limit (``request_limit`` cannot be removed). Raising a limit never clears a stop
     latch (use ``/resume``)."""
 
-    request_limit: pg_bigint(ge=0) = Field(  # type: ignore[assignment]
+    request_limit: Count = Field(  # type: ignore[assignment]
         None, description="Admitted POSTs allowed (requests); not nullable.", json_schema_extra=_not_null)
     metadata: SafeJsonObject | None = Field(None, description="Replaces the metadata; null empties it.")
 

@@ -32,7 +32,8 @@ _last_logged: dict[str, float] = {}  # task id -> monotonic time of its last lin
 
 async def count_refusal(conn: asyncpg.Connection, task_id: str) -> int:
     """Add one to the task's ``refused_requests``; returns the new count."""
-    return await conn.fetchval(_COUNT, task_id)
+    refused: int = await conn.fetchval(_COUNT, task_id)
+    return refused
 
 
 def log_refusal(task_id: str, reason: str, refused: int, now: float | None = None) -> bool:

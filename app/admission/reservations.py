@@ -142,8 +142,9 @@ async def hold(conn: asyncpg.Connection, task_id: str, amount_usd: Decimal, seco
     """Record one hold (inside the admission transaction); returns its id.
     ``budget_windows`` are the ``(budget_id, window_start)`` windows it also reserved in."""
     me = this_process()
-    return await conn.fetchval(_HOLD, task_id, amount_usd, seconds, me.host, me.pid, me.started_at,
+    hold_id: int = await conn.fetchval(_HOLD, task_id, amount_usd, seconds, me.host, me.pid, me.started_at,
                                [b for b, _ in budget_windows], [w for _, w in budget_windows])
+    return hold_id
 
 
 def releasable(rows: Sequence[asyncpg.Record], here: str, started: Callable[[int], float | None],

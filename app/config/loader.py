@@ -90,9 +90,9 @@ def parse(text: str, environ: Mapping[str, str], source: str = "config") -> Gate
         data = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
+        line = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{source}{where}: not valid YAML: {problem}") from None
+        raise ConfigError(f"{source}{line}: not valid YAML: {problem}") from None
     finally:
         loader.dispose()
     if root is None:

@@ -21,12 +21,14 @@ PRICES_FILE = Path(__file__).with_name("prices.json")
 def price_table() -> dict[str, Any]:
     """The parsed ``prices.json``: ``{"sources": [...], "retrieved": "YYYY-MM-DD",
     "models": [{"match": glob, "input_per_mtok": ..., ...}, ...]}``, most specific first."""
-    return json.loads(PRICES_FILE.read_text(encoding="utf-8"))
+    table: dict[str, Any] = json.loads(PRICES_FILE.read_text(encoding="utf-8"))
+    return table
 
 
 @lru_cache(maxsize=1024)
 def _entry(model: str) -> dict[str, Any] | None:
-    for entry in price_table()["models"]:
+    entries: list[dict[str, Any]] = price_table()["models"]
+    for entry in entries:
         if fnmatch.fnmatchcase(model, entry["match"]):
             return entry
     return None

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.config.prices import default_max_output_tokens, default_price
-from app.config.schema import GatewayConfig, ModelRoute, Price, Provider, ProviderKind
+from app.config.schema import GatewayConfig, ModelRoute, Price, Provider
+from app.wire.base import ProviderKind
 
 
 @dataclass(frozen=True, slots=True)

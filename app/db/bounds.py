@@ -24,7 +24,7 @@ import hashlib
 import json
 import math
 import re
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias, Union
 
 from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, WrapValidator
 from pydantic_core import PydanticCustomError
@@ -171,11 +171,14 @@ class _KeysAsPropertyNames:
 KEYS_AS_PROPERTY_NAMES = _KeysAsPropertyNames()
 
 _FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
-SafeJsonValue = TypeAliasType(  # type: ignore[misc]
-    "SafeJsonValue",
-    Union[list["SafeJsonValue"], Annotated[dict[SafeText, "SafeJsonValue"], KEYS_AS_PROPERTY_NAMES],
-          SafeText, bool, int, _FiniteFloat, None],
-)
+if TYPE_CHECKING:  # the JSON value the validator below lets through, as a type checker reads it
+    SafeJsonValue: TypeAlias = "list[SafeJsonValue] | dict[str, SafeJsonValue] | str | bool | int | float | None"
+else:
+    SafeJsonValue = TypeAliasType(
+        "SafeJsonValue",
+        Union[list["SafeJsonValue"], Annotated[dict[SafeText, "SafeJsonValue"], KEYS_AS_PROPERTY_NAMES],
+              SafeText, bool, int, _FiniteFloat, None],
+    )
 
 
 def _json_problem(value: Any, path: str, depth: int) -> tuple[str, str] | None:

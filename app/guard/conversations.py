@@ -84,15 +84,19 @@ async def add_tool_calls(conn: asyncpg.Connection, task_id: str, key: str, new_c
                          limit: int | None) -> int:
     """Add ``new_calls`` to the conversation's tool calls; returns its total. With no
     new calls the total is read only when a ceiling needs it (else 0)."""
+    total: int
     if new_calls:
-        return await conn.fetchval(_ADD_TOOL_CALLS, task_id, key, new_calls)
-    if limit is None:
-        return 0
-    return await conn.fetchval(_TOOL_CALLS, task_id, key) or 0
+        total = await conn.fetchval(_ADD_TOOL_CALLS, task_id, key, new_calls)
+    elif limit is None:
+        total = 0
+    else:
+        total = await conn.fetchval(_TOOL_CALLS, task_id, key) or 0
+    return total
 
 
 async def record_answer(conn: asyncpg.Connection, task_id: str, key: str, text_sha256: str,
                         repeat: bool = True) -> int:
     """Record a text answer without tool calls; returns the run of repeated answers
     (``repeat``: :func:`app.guard.conversation_rules.answer_repeats`)."""
-    return await conn.fetchval(_ANSWER, task_id, key, text_sha256, repeat)
+    streak: int = await conn.fetchval(_ANSWER, task_id, key, text_sha256, repeat)
+    return streak

@@ -188,8 +188,8 @@ def _react_action(body: str) -> Found:
         value = None
     if isinstance(value, dict):
         name = next((value[k] for k in _NAME_KEYS if isinstance(value.get(k), str)), "")
-        arguments = next((value[k] for k in _ARGUMENT_KEYS if k in value), {})
-        return Found(name, arguments)
+        given_arguments: Any = next((value[k] for k in _ARGUMENT_KEYS if k in value), {})
+        return Found(name, given_arguments)
     return Found("", blob)
 
 

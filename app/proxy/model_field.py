@@ -64,7 +64,7 @@ def model_value_spans(body: bytes) -> list[tuple[int, int]]:
     i = _skip_ws(body, 0)
     if i >= len(body) or body[i] != 0x7B:
         raise ValueError("not a JSON object")
-    spans = []
+    spans: list[tuple[int, int]] = []
     i += 1
     while True:
         i = _skip_ws(body, i)

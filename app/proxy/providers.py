@@ -14,8 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from app.config.routing import ModelNotFound, Route, WrongFormat, candidates, resolve
-from app.config.schema import GatewayConfig, Provider, ProviderKind
+from app.config.schema import GatewayConfig, Provider
 from app.errors import GatewayError
+from app.wire.base import ProviderKind
 
 
 def route_request(config: GatewayConfig, kind: ProviderKind, model: str | None) -> Route:
