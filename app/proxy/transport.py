@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, overload
 
 import aiohttp
 import httpx
@@ -102,6 +102,11 @@ class ResponseHeaders:
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._headers = response.headers
         self.raw: tuple[tuple[bytes, bytes], ...] = response.raw_headers
+
+    @overload
+    def get(self, name: str) -> str | None: ...
+    @overload
+    def get(self, name: str, default: str) -> str: ...
 
     def get(self, name: str, default: str | None = None) -> str | None:
         return self._headers.get(name, default)

@@ -22,7 +22,7 @@ Shapes follow the Anthropic API reference, "Messages" and "Streaming Messages":
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from app.wire._common import as_str, flatten_output, join_seed, loads, request_view, sse_event
 from app.wire.anthropic_usage import UsageCounter, anthropic_usage
@@ -61,7 +61,7 @@ def _tool_call(block: dict[str, Any]) -> ToolCall:
     )
 
 
-def _is_tool_use(block: Any) -> bool:
+def _is_tool_use(block: Any) -> TypeGuard[dict[str, Any]]:
     return isinstance(block, dict) and block.get("type") == "tool_use"
 
 

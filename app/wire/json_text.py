@@ -28,8 +28,11 @@ _LONG_DIGITS_TEXT = re.compile(r"\d{19}")
 def loads(data: bytes | str) -> Any:
     """``json.loads(data)``: the same value, the same errors (``ValueError``,
     ``RecursionError``, ``TypeError``)."""
-    digits = _LONG_DIGITS if isinstance(data, (bytes, bytearray)) else _LONG_DIGITS_TEXT
-    if not digits.search(data):
+    if isinstance(data, (bytes, bytearray)):
+        long_digits = _LONG_DIGITS.search(data) is not None
+    else:
+        long_digits = _LONG_DIGITS_TEXT.search(data) is not None
+    if not long_digits:
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
