@@ -19,6 +19,7 @@ import asyncio
 import ipaddress
 import socket
 import sys
+from collections.abc import Callable, Coroutine
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -29,6 +30,7 @@ from pydantic_settings import SettingsError
 from app.db.pool import asyncpg_dsn
 from app.db.urls import describe
 from app.guard.detector import Thresholds
+from app.settings import Settings
 
 #: Exit status of a start-up error (2, like a usage error).
 EXIT_STATUS = 2
@@ -146,7 +148,8 @@ def exit_on_error() -> Iterator[None]:
         sys.exit(EXIT_STATUS)
 
 
-def prepare_database(settings: Any, resolve: Any, *, serving: bool = True) -> str:
+def prepare_database(settings: Settings, resolve: Callable[[Settings], Coroutine[Any, Any, str]], *,
+                     serving: bool = True) -> str:
     """Check the configured databases answer (the serving one unless ``serving`` is
     false, the migration one when migrating), then ``resolve(settings)`` (start the
     embedded one and migrate, see :func:`app.main.resolve_database`). Returns its URL;

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 import click
 from rich.console import Console
@@ -14,12 +13,12 @@ from app.cli.help import FullHelpGroup
 from app.cli.render import out
 from app.config import ConfigError, GatewayConfig, gateway_config
 from app.config.routing import routing_table
-from app.settings import get_settings
+from app.settings import Settings, get_settings
 
 COLUMNS = ("model", "provider", "kind", "base_url", "upstream_model", "price", "max_output_tokens")
 
 
-def check_config(settings: Any) -> GatewayConfig:
+def check_config(settings: Settings) -> GatewayConfig:
     """The gateway configuration in force, or exit 2 with its one-line error."""
     try:
         return gateway_config(settings, os.environ)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 import asyncpg
 

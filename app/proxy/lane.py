@@ -14,8 +14,9 @@ path, where the same endpoints are registered as routes.
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from typing import Awaitable, Callable
 
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -46,7 +47,7 @@ class ProxyLane:
         await response(scope, receive, send)
 
 
-def _handler(app: Any, exc: Exception) -> Callable[[Request, Exception], Awaitable[Response]] | None:
+def _handler(app: Starlette, exc: Exception) -> Callable[[Request, Exception], Awaitable[Response]] | None:
     """The app's handler for ``exc`` (nearest class first), short of ``Exception``."""
     handlers = app.exception_handlers
     for cls in type(exc).__mro__:

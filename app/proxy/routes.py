@@ -40,6 +40,7 @@ from app import events
 from app.admission.admission import admit, authenticate
 from app.admission.charge import charge_for
 from app.admission.tokens import token_hash
+from app.app_state import AppState, app_state
 from app.budgets import runs
 from app.budgets.keys import is_budget_key, run_id
 from app.config.schema import Provider
@@ -120,7 +121,7 @@ def _session_header(headers: dict[str, str], names: tuple[str, ...]) -> str | No
 def _endpoint(request: Request) -> endpoints.Endpoint:
     """The allowlist entry for this request; 404 ``unknown_url`` (never forwarded)."""
     scope = request.scope
-    found = endpoints.match(request.app.state.endpoints, scope["method"], scope["path"],
+    found = endpoints.match(app_state(request.app).endpoints, scope["method"], scope["path"],
                             scope.get("raw_path"))
     if found is None:
         raise GatewayError(404, "invalid_request_error", "unknown_url",
@@ -142,7 +143,7 @@ def _upstream_target(request: Request, method: str, provider: Provider) -> Upstr
     nothing the client sent can make the request fail to build after the reservation
     (400 ``invalid_request`` here if it would); the body is added once, after admission
     (:meth:`~app.proxy.transport.UpstreamTarget.with_body`)."""
-    state = request.app.state
+    state = app_state(request.app)
     try:
         return state.client.target(
             method, upstream_url(provider, *target(request.scope)),
@@ -156,7 +157,7 @@ def _upstream_target(request: Request, method: str, provider: Provider) -> Upstr
 async def proxy_post(request: Request) -> Response:
     """Admit and relay one POST (checks in the order of the module docstring); the
     loop guard's warning, when due, is added to the forwarded body."""
-    state = request.app.state
+    state = app_state(request.app)
     settings = state.settings
     endpoint = _endpoint(request)
     path = request.scope["path"]  # what the allowlist matched (app.proxy.request_target)
@@ -290,7 +291,7 @@ async def proxy_get(request: Request) -> Response:
     """GETs of the allowlist (``/v1/models`` and ``/v1/models/{id}`` by default) are
     free: authenticated, never counted. Anthropic's shape and host when the client sends
     ``anthropic-version``."""
-    state = request.app.state
+    state = app_state(request.app)
     settings = state.settings
     path = request.scope["path"]  # what the allowlist matched (app.proxy.request_target)
     fmt = wire_format(path, _headers(request))
@@ -318,7 +319,7 @@ async def proxy_get(request: Request) -> Response:
     ).redacting(state.redactor)
 
 
-async def _models_response(state: Any, kind: ProviderKind, path: str) -> Response:
+async def _models_response(state: AppState, kind: ProviderKind, path: str) -> Response:
     """``GET /v1/models`` and ``/v1/models/{id}`` answered from the configuration file;
     the list adds the own lists of providers configured with ``list_models: true``."""
     config = state.gateway_config
@@ -334,7 +335,7 @@ async def _models_response(state: Any, kind: ProviderKind, path: str) -> Respons
     return Response(json.dumps(body), media_type="application/json")
 
 
-async def _provider_models(state: Any, name: str, provider: Provider) -> list[dict[str, Any]]:
+async def _provider_models(state: AppState, name: str, provider: Provider) -> list[dict[str, Any]]:
     """A provider's own ``GET /models`` list (its ``data``), or ``[]`` (logged) when it
     cannot be had within the connect timeout."""
     headers = request_headers(provider, [(b"anthropic-version", b"2023-06-01")]
