@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from app.config.schema import GatewayConfig
     from app.db.supervisor import Supervisor
     from app.proxy.auth import KnownTokens
+    from app.proxy.capacity import UpstreamSlots
     from app.proxy.endpoints import Endpoint
     from app.proxy.open_requests import OpenRequests
     from app.proxy.redact import Redactor
@@ -35,6 +36,7 @@ class AppState(Protocol):
     db: asyncpg.Pool
     client: UpstreamClient
     open_requests: OpenRequests
+    upstream_slots: UpstreamSlots  # the cap on connections to upstream
     supervisor: Supervisor | None
 
 

@@ -11,9 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from app.admin.schemas import TaskLimits
+from app.admin.schemas import Count, Dollars, TaskLimits
 from app.budgets.windows import timezone_names, zone
-from app.db.bounds import SafeJsonObject, SafeText, finite_number, pg_bigint
+from app.db.bounds import SafeJsonObject, SafeText
 
 #: A budget id: safe in a URL path and short enough that a run's task id
 #: (``<budget>-run-<12 hex>``) is a valid task id.
@@ -30,11 +30,11 @@ class BudgetLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    request_limit: pg_bigint(ge=0) | None = Field(
+    request_limit: Count | None = Field(
         None, description="Admitted requests of all its tasks (and its descendants' tasks) per window.")
-    token_limit: pg_bigint(ge=0) | None = Field(
+    token_limit: Count | None = Field(
         None, description="Input + output tokens upstream reported for them per window.")
-    cost_limit_usd: finite_number(ge=0, le=1e9) | None = Field(
+    cost_limit_usd: Dollars | None = Field(
         None, description="Dollar ceiling per window (US dollars): worst cases reserved before dispatch, "
         "settled after, as for a task's cost_limit_usd.")
 
@@ -48,7 +48,7 @@ class BudgetCreate(BudgetLimits):
         None, description="Calendar window the limits apply to; null: the budget's lifetime.")
     timezone: Annotated[SafeText, StringConstraints(min_length=1, max_length=64)] = Field(
         "UTC", description="IANA timezone of the window's calendar, e.g. Europe/Berlin.",
-        json_schema_extra={"enum": timezone_names()})
+        json_schema_extra={"enum": [*timezone_names()]})
     metadata: SafeJsonObject = Field(default_factory=dict, description="Free-form JSON object.")
 
     @field_validator("timezone")

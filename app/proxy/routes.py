@@ -74,6 +74,7 @@ from app.proxy.upstream import request_headers, upstream_url
 from app.proxy.usage_chunk import needs_usage
 from app.request_ids import REQUEST_ID
 from app.settings import Settings
+from app.task import Task
 from app.wire import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, UnknownWirePath, format_for_path
 from app.wire.base import ProviderKind, WireFormat
 
