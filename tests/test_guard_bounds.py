@@ -102,7 +102,8 @@ def test_catastrophic_backtracking_pattern_is_harmless(quiet_gateway):
     a backtracking engine take hours leave another task's p99 within 100 ms."""
     gateway, admin = quiet_gateway, Admin(quiet_gateway.url)
     _, other = admin.create_task(request_limit=100_000)
-    evil_id, evil = admin.create_task(loop_guard={"result_normalizers": ["(a+)+$"]})
+    evil_id, evil = admin.create_task(loop_guard={"result_normalizers": ["(a+)+$"], "cycle_repeats": 1000,
+                                                  "identical_streak": 1000})  # the turns repeat on purpose
     baseline = _latencies(gateway, other)
 
     def attack() -> None:  # for as long as the probes run
