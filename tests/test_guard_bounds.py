@@ -109,7 +109,9 @@ def test_catastrophic_backtracking_pattern_is_harmless(quiet_gateway):
     def attack() -> None:  # for as long as the probes run
         for i in range(24):
             n = (26, 40, 200_000)[i % 3]
-            _tool_turn(gateway, evil, "a" * n + "!", call_id=f"call_{i}")()
+            # a new result each turn (the suffix after "!" keeps (a+)+$ from matching),
+            # so no loop rule stops the attacker before the probes end
+            _tool_turn(gateway, evil, "a" * n + f"!{i}", call_id=f"call_{i}")()
     during = _latencies(gateway, other, attack)
     print(f"p99 baseline {_p99(baseline) * 1000:.1f} ms, during the (a+)+$ results {_p99(during) * 1000:.1f} ms "
           f"({len(during)} probes)")
