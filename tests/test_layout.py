@@ -11,13 +11,12 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The core: what decides and relays. It must be readable and testable without the
-#: rooms above it.
-CORE = ("app.wire", "app.config", "app.db", "app.guard", "app.admission", "app.proxy",
-        "app.events", "app.errors", "app.request_ids", "app.fault_log", "app.settings")
-#: Above the core: the admin API, the console, the command line, the composition root.
+#: Above the core: the admin API, the console, the command line, the composition root
+#: and the process around it. Everything else in ``app`` (but the scripted upstream of
+#: ``app.testing``) is the core: what decides and relays, readable and testable without
+#: these rooms.
 ABOVE = ("app.admin", "app.console", "app.cli", "app.main", "app.handlers", "app.demo",
-         "app.startup", "app.server")
+         "app.startup", "app.server", "app.testing")
 MAX_LINES = 400
 
 
@@ -106,7 +105,7 @@ def test_no_import_circle() -> None:
 
 
 def test_the_core_never_imports_the_rooms_above_it() -> None:
-    upward = sorted(f"{m} -> {d}" for m, deps in _graph().items() if _within(m, CORE)
+    upward = sorted(f"{m} -> {d}" for m, deps in _graph().items() if not _within(m, ABOVE)
                     for d in deps if _within(d, ABOVE))
     assert upward == []
 
