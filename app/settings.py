@@ -201,7 +201,7 @@ class Settings(BaseSettings):
         description="Open connections per client IP address and process; more are closed when "
         "accepted (app/client_caps.py). 0 disables; behind a reverse proxy raise it or set 0.")
     max_unfinished_per_client: int = Field(
-        default=32, ge=0,
+        default=128, ge=0,
         description="Connections per client IP address and process that have not yet sent their "
         "first request's headers; more are closed when accepted. 0 disables.")
     first_byte_timeout_s: float = Field(default=5.0, ge=0, description="A new connection silent this long is "
