@@ -27,11 +27,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import asyncpg
 
-from app.admission.cost import Settlement
 from app.db import tasks as task_rows
 from app.db.bounds import ledger_text, storable_json
 from app.db.pool import RELAXED_COMMIT, relaxed
@@ -46,6 +45,9 @@ from app.guard.result_prints import RequestPrints, config_for, fingerprints
 from app.settings import Settings
 from app.task import Task
 from app.wire.base import ResponseSummary, ToolCall, ToolResult, Usage
+
+if TYPE_CHECKING:  # the settlement is admission's; the ledger only writes its numbers
+    from app.admission.cost import Settlement
 
 logger = logging.getLogger(__name__)
 
