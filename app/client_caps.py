@@ -4,14 +4,14 @@ the connection budget every client shares (``max_connections``, uvicorn's
 
 Counted per peer IP address, per gateway process:
 
-- **open connections** (``TASKGATE_MAX_CONNECTIONS_PER_CLIENT``, default 256);
+- **open connections** (``TASKGATE_MAX_CONNECTIONS_PER_CLIENT``);
 - **connections that have not finished their first request's headers**
-  (``TASKGATE_MAX_UNFINISHED_PER_CLIENT``, default 128): a connection is opened and
+  (``TASKGATE_MAX_UNFINISHED_PER_CLIENT``): a connection is opened and
   then sends nothing, or trickles its headers.
 
 A connection past either cap is closed as soon as it is accepted (no response: it has
 sent nothing). Together with the first-byte deadline (``TASKGATE_FIRST_BYTE_TIMEOUT_S``,
-default 5 s, :mod:`app.server`) a silent client holds at most 128 connections for 5 s.
+default 5 s, :mod:`app.server`) a silent client holds at most that many connections for 5 s.
 Behind a reverse proxy every client has the proxy's address: raise the caps (0 turns a
 cap off) and bound clients in the proxy instead (docs/hardening.md).
 """

@@ -197,13 +197,15 @@ class Settings(BaseSettings):
         "connection: raise the open-files limit to more than twice this.",
     )
     max_connections_per_client: int = Field(
-        default=256, ge=0,
+        default=0, ge=0,
         description="Open connections per client IP address and process; more are closed when "
-        "accepted (app/client_caps.py). 0 disables; behind a reverse proxy raise it or set 0.")
+        "accepted (app/client_caps.py). 0 (default): no cap. For a gateway that untrusted clients "
+        "reach directly; behind a reverse proxy or NAT every client shares one address.")
     max_unfinished_per_client: int = Field(
-        default=128, ge=0,
+        default=0, ge=0,
         description="Connections per client IP address and process that have not yet sent their "
-        "first request's headers; more are closed when accepted. 0 disables.")
+        "first request's headers; more are closed when accepted. 0 (default): no cap (a burst "
+        "of new connections from one busy host all count until their headers arrive).")
     first_byte_timeout_s: float = Field(default=5.0, ge=0, description="A new connection silent this long is "
                                         "closed; 0 disables.")
     keep_alive_timeout_s: float = Field(

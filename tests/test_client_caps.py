@@ -15,6 +15,7 @@ from tests.support import Admin, GatewayProcess
 
 def test_silent_connections_from_one_address_leave_another_served(database_url, upstream):
     with GatewayProcess(database_url, upstream.base_url, TASKGATE_MAX_CONNECTIONS="2048",
+                        TASKGATE_MAX_CONNECTIONS_PER_CLIENT="256", TASKGATE_MAX_UNFINISHED_PER_CLIENT="32",
                         TASKGATE_HEADER_TIMEOUT_S="30") as gw:
         admin = Admin(gw.url)
         _, token = admin.create_task(request_limit=10_000)
