@@ -9,6 +9,7 @@ from the gateway itself (no CDN, no network)."""
 from __future__ import annotations
 
 import os
+from typing import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -20,8 +21,22 @@ import re
 import httpx
 
 from tests.browser import chromium, console_errors
-from tests.support import ADMIN_TOKEN
+from tests.support import ADMIN_TOKEN, Admin, GatewayProcess, fresh_database
 from tests.test_loop_guard_e2e import chat_agent
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream) -> Iterator[GatewayProcess]:
+    """A gateway on a database of this module's own: the pages list tasks by id (100 a
+    page) and the period's top spenders, which other modules' tasks would crowd out."""
+    with fresh_database() as url, GatewayProcess(url, upstream.base_url) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def admin(gateway) -> Admin:
+    return Admin(gateway.url)
+
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 WAIT_S = 15

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from app.cli import main
 from app.testing.upstream import UpstreamServer
-from tests.support import ADMIN_TOKEN, Admin, GatewayProcess
+from tests.support import ADMIN_TOKEN, Admin, GatewayProcess, fresh_database
 
 MODEL = "gpt-4.1-mini"
 
@@ -47,8 +47,10 @@ def test_an_unlimited_task_counts_the_tokens_of_a_stream_whose_client_did_not_as
 
 
 @pytest.fixture(scope="module")
-def untouched(database_url: str, upstream: UpstreamServer) -> Iterator[GatewayProcess]:
-    with GatewayProcess(database_url, upstream.base_url, TASKGATE_STREAM_USAGE="false") as gw:
+def untouched(upstream: UpstreamServer) -> Iterator[GatewayProcess]:
+    """A database of its own: the test reads ``tasks list``, which other modules' tasks
+    would push past its first page."""
+    with fresh_database() as url, GatewayProcess(url, upstream.base_url, TASKGATE_STREAM_USAGE="false") as gw:
         yield gw
 
 
