@@ -195,19 +195,21 @@ def test_api_errors_show_their_message_and_dollars_are_shown(gateway, admin):
     with chromium() as driver:
         _login(driver, gateway.url, ADMIN_TOKEN)
         driver.get(f"{gateway.url}/ui/#/task/{task}")
-        cost = _wait(driver, lambda d: _css(d, '[data-meter="cost"]'), "the cost bar")
-        assert "$0.00 spent / $5.00" in cost.text
-        field = _css(driver, '#limits input[name="cost_limit_usd"]')
-        assert field.get_attribute("value") == "5"
-        assert "cost_limit_usd=5" in _css(driver, "#events").text
+        # each read inside a wait: the page re-renders every few seconds (an element read
+        # mid-render is stale)
+        _wait(driver, lambda d: "$0.00 spent / $5.00" in _css(d, '[data-meter="cost"]').text, "the cost bar")
+        _wait(driver, lambda d: _css(d, '#limits input[name="cost_limit_usd"]').get_attribute("value") == "5",
+              "the cost field")
+        _wait(driver, lambda d: "cost_limit_usd=5" in _css(d, "#events").text, "the ceiling in the created event")
         assert console_errors(driver) == []
         # request_limit cannot be removed: the API answers 422 with a message
         _css(driver, '#limits input[name="request_limit"]').clear()
         _css(driver, "#limits button").click()
-        msg = _wait(driver, lambda d: "HTTP 422" in _css(d, "#limits-msg").text and _css(d, "#limits-msg"),
+        msg = _wait(driver, lambda d: "HTTP 422" in (text := _css(d, "#limits-msg").text) and text,
                     "the refusal")
-        assert "request_limit" in msg.text and not _NULLISH.search(msg.text), msg.text
+        assert "request_limit" in msg and not _NULLISH.search(msg), msg
         # the dollar ceiling is editable
+        field = _css(driver, '#limits input[name="cost_limit_usd"]')
         field.clear()
         field.send_keys("7.5")
         _css(driver, '#limits input[name="request_limit"]').send_keys("9")
