@@ -7,7 +7,6 @@ resource from anywhere but the gateway."""
 from __future__ import annotations
 
 import os
-from typing import Iterator
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -18,22 +17,11 @@ import pytest
 
 from app.admin.stats import MAX_BUCKETS, period
 from tests.browser import chromium, console_errors
-from tests.support import ADMIN_TOKEN, Admin, GatewayProcess, fresh_database
+from tests.support import ADMIN_TOKEN
 from tests.test_console_dashboard import _NULLISH, _all, _css, _login, _only_local_resources, _wait
+# the dashboard module's own-database gateway, one per module here too
+from tests.test_console_dashboard import admin, gateway  # noqa: F401 - fixtures
 from tests.test_loop_guard_e2e import chat_agent
-
-
-@pytest.fixture(scope="module")
-def gateway(upstream) -> Iterator[GatewayProcess]:
-    """A gateway on a database of this module's own: the pages list tasks by id (100 a
-    page) and the period's top spenders, which other modules' tasks would crowd out."""
-    with fresh_database() as url, GatewayProcess(url, upstream.base_url) as gw:
-        yield gw
-
-
-@pytest.fixture(scope="module")
-def admin(gateway) -> Admin:
-    return Admin(gateway.url)
 
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
