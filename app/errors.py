@@ -73,9 +73,16 @@ def wire_status(fmt: WireFormat, err: GatewayError) -> int:
     return fmt.refusal(err.status, err.type)[0]
 
 
-def unauthorized(message: str) -> GatewayError:
+#: Headers that end the client's connection after the answer: a client that sends an
+#: unknown token or a path taskgate does not proxy has its body left unread.
+CLOSE = {"connection": "close"}
+
+
+def unauthorized(message: str, *, close: bool = False) -> GatewayError:
+    """401 ``invalid_api_key`` (code ``invalid_task_token``), not to be retried; with
+    ``close``, the connection is closed after it (the body was not read)."""
     return GatewayError(401, "invalid_api_key", "invalid_task_token", message,
-                        {"x-should-retry": "false"})
+                        {"x-should-retry": "false", **(CLOSE if close else {})})
 
 
 def unavailable(message: str = "taskgate cannot reach its database; the request was not forwarded.") -> GatewayError:

@@ -118,3 +118,45 @@ def test_no_module_over_400_lines() -> None:
     long = sorted(f"{p.relative_to(ROOT)}: {n}" for p in paths
                   if (n := len(p.read_text().splitlines())) > MAX_LINES)
     assert long == []
+
+
+#: The core's floors, bottom first (docs/layout.md draws them): a module may import its own
+#: floor and those below. The admission transaction sits above budgets, which use
+#: admission's pure rules (the ceiling decision, dollars, tokens).
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("app.wire", "app.db", "app.config", "app.task", "app.errors", "app.request_ids", "app.settings",
+     "app.fault_log", "app.events", "app.client_caps"),
+    ("app.guard",),
+    ("app.admission",),
+    ("app.budgets",),
+    ("app.admission.admission",),
+    ("app.proxy", "app.app_state"),
+    ("app.jobs", "app.retention"),
+)
+#: Upward imports the house allows (at most 3): settings validates two knobs with their
+#: owners' parsers (the regex check of the result normalisers, the endpoint allowlist);
+#: the conversations table's I/O in guard reads and writes admission's input anchor.
+UPWARD = {
+    "app.settings -> app.guard.normalize",
+    "app.settings -> app.proxy.endpoints",
+    "app.guard.conversations -> app.admission.anchor",
+}
+
+
+def _floor(module: str) -> int | None:
+    best: tuple[int, int] | None = None  # (prefix length, floor): the longest prefix decides
+    for level, prefixes in enumerate(FLOORS):
+        for prefix in prefixes:
+            if _within(module, (prefix,)) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), level)
+    return None if best is None else best[1]
+
+
+def test_the_core_imports_only_down_its_floors() -> None:
+    graph = _graph()
+    core = [m for m in graph if m.startswith("app.") and not _within(m, ABOVE)]
+    assert [m for m in core if _floor(m) is None] == []  # every core module has a floor
+    upward = {f"{m} -> {d}" for m in core for d in graph[m]
+              if (low := _floor(m)) is not None and (high := _floor(d)) is not None and high > low}
+    assert upward == UPWARD
+    assert len(UPWARD) <= 3

@@ -25,7 +25,6 @@ from app.db.bounds import storable_json
 from app.db.pool import durable
 from app.db.schema import tasks as tasks_table
 from app.errors import fail_closed, unauthorized
-from app.proxy.inbound import CLOSE
 
 _KEY = "SELECT id, budget_id, template FROM budget_keys WHERE key_hash = $1 AND revoked_at IS NULL"
 #: Template fields that are task columns (what POST /admin/tasks takes, minus id and budget).
@@ -66,9 +65,8 @@ async def require_key(pool: asyncpg.Pool, key: str) -> BudgetKey:
         async with pool.acquire() as conn:
             row = await conn.fetchrow(_KEY, token_hash(key))
     if row is None:
-        err = unauthorized("Unknown or revoked budget key. Use a key from POST /admin/budgets/{id}/keys.")
-        err.headers.update(CLOSE)
-        raise err
+        raise unauthorized("Unknown or revoked budget key. Use a key from POST /admin/budgets/{id}/keys.",
+                           close=True)
     return BudgetKey(row["id"], row["budget_id"], dict(row["template"] or {}))
 
 

@@ -16,7 +16,6 @@ from collections import OrderedDict
 import asyncpg
 
 from app.errors import fail_closed, unauthorized
-from app.proxy.inbound import CLOSE
 
 
 _EXISTS = "SELECT 1 FROM tasks WHERE token_hash = $1"
@@ -52,7 +51,5 @@ async def require_known_token(pool: asyncpg.Pool, known: KnownTokens, token_hash
         async with pool.acquire() as conn:
             found = await conn.fetchval(_EXISTS, token_hash)
     if found is None:
-        err = unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
-        err.headers.update(CLOSE)
-        raise err
+        raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.", close=True)
     known.add(token_hash)

@@ -19,15 +19,12 @@ from typing import Any, AsyncIterator
 
 from starlette.requests import ClientDisconnect
 
-from app.errors import GatewayError, unauthorized
+from app.errors import CLOSE, GatewayError, unauthorized
 
 #: RFC 9110 §5.1 field name (token) and §5.5 field value (visible characters and
 #: obs-text, inner spaces and tabs), the grammar h11 enforces on what we forward.
 _FIELD_NAME = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _FIELD_VALUE = re.compile(rb"(?:[\x21-\x7e\x80-\xff](?:[\t\x20-\x7e\x80-\xff]*[\x21-\x7e\x80-\xff])?)?")
-
-CLOSE = {"connection": "close"}
-
 
 def token_from_headers(headers: dict[str, str]) -> str:
     """The task token: ``Authorization: Bearer <token>`` or ``x-api-key: <token>``.
@@ -37,10 +34,8 @@ def token_from_headers(headers: dict[str, str]) -> str:
         return auth[7:].strip()
     if headers.get("x-api-key", "").strip():
         return headers["x-api-key"].strip()
-    err = unauthorized("Missing task token: send it as 'Authorization: Bearer <task token>' "
-                       "or 'x-api-key: <task token>'.")
-    err.headers.update(CLOSE)
-    raise err
+    raise unauthorized("Missing task token: send it as 'Authorization: Bearer <task token>' "
+                       "or 'x-api-key: <task token>'.", close=True)
 
 
 def check_headers(raw: list[tuple[bytes, bytes]]) -> None:

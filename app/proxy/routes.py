@@ -44,7 +44,7 @@ from app.app_state import AppState, app_state
 from app.budgets import runs
 from app.budgets.keys import is_budget_key, run_id
 from app.config.schema import Provider
-from app.errors import GatewayError, render_error, wire_status
+from app.errors import CLOSE, GatewayError, render_error, wire_status
 from app.guard.detector import Action
 from app.guard.fingerprint import conversation_key
 from app.guard.ledger import GuardRequest
@@ -56,7 +56,7 @@ from app.guard.result_prints import config_for, fingerprints_off_loop
 from app.proxy import endpoints
 from app.proxy.accounting import Accounting
 from app.proxy.auth import require_known_token
-from app.proxy.inbound import CLOSE, check_headers, read_body, token_from_headers
+from app.proxy.inbound import check_headers, read_body, token_from_headers
 from app.proxy.json_offload import parse_json_body
 from app.proxy.outcome import Watchdog
 from app.proxy.relay import RelayResponse
