@@ -16,9 +16,10 @@ import pytest
 from app.admission.admission import admit
 from app.admission.tokens import token_hash
 from app.db.pool import asyncpg_dsn, create_pool
-from app.guard.ledger import record_response
+from app.guard.detector import Action
+from app.guard.ledger import GuardRequest, record_response
 from app.settings import Settings
-from app.wire.base import ResponseSummary, Usage
+from app.wire.base import ResponseSummary, ToolCall, ToolResult, Usage
 from tests.databases import statements_cluster
 from tests.pgbouncer import NOT_INSTALLED, pgbouncer, pgbouncer_binary
 
@@ -59,6 +60,51 @@ def test_a_fast_path_admission_is_one_statement(routes, route):
     calls = asyncio.run(_admit_and_count(routes[route], routes["stats"], 20))
     assert sum(calls.values()) == 20, calls
     assert [q.split()[0] for q in calls] == ["UPDATE"], calls
+
+
+def _turn(i: int) -> GuardRequest:
+    """An agent turn: the previous assistant turn called a tool (new call id) and the
+    tool answered."""
+    call_id = f"call_work_{i}"
+    return GuardRequest("s:work", [ToolCall(call_id, "read_file", {"path": f"src/{i}.py"})],
+                        [ToolResult(call_id, f"print({i})")])
+
+
+async def _turns_and_count(url: str, stats_url: str, n: int) -> tuple[dict[str, int], dict[str, object]]:
+    stats = await asyncpg.connect(asyncpg_dsn(stats_url))
+    try:
+        token = "tg-turn-" + secrets.token_hex(8)
+        await stats.execute("INSERT INTO tasks (id, token_hash, request_limit) VALUES ($1, $2, 1000000)",
+                            token, token_hash(token))
+        settings = Settings(database_url=url, _env_file=None)  # type: ignore[call-arg]
+        pool = await create_pool(url, settings)
+        try:
+            for i in range(2):  # connections are set up, the task's loop_guard is known here
+                await admit(pool, token_hash(token), settings, _turn(-1 - i), conversation_key="s:work")
+            await stats.execute("SELECT pg_stat_statements_reset()")
+            for i in range(n):
+                admitted = await admit(pool, token_hash(token), settings, _turn(i), conversation_key="s:work")
+                assert admitted.verdict is not None and admitted.verdict.action is Action.OK
+        finally:
+            await pool.close()
+        calls = {r["query"]: r["calls"] for r in await stats.fetch(_CALLS)}
+        row = await stats.fetchrow("SELECT admitted_requests, tool_calls FROM tasks WHERE id = $1", token)
+        ledger = await stats.fetchval("SELECT count(*) FROM tool_calls WHERE task_id = $1 AND result_hash IS NOT NULL",
+                                      token)
+        return calls, {"admitted": row["admitted_requests"], "tool_calls": row["tool_calls"], "completed": ledger}
+    finally:
+        await stats.close()
+
+
+@pytest.mark.parametrize("route", ["direct", "pgbouncer"])
+def test_an_agent_turn_admission_is_three_statements(routes, route):
+    """A request carrying a new tool call and its result (the locked path): ``BEGIN``,
+    one ``SELECT`` (lock, ledger, counts, history window), ``COMMIT``; the ledger and
+    the counters hold what the usual path would have written."""
+    calls, counted = asyncio.run(_turns_and_count(routes[route], routes["stats"], 20))
+    assert sum(calls.values()) == 3 * 20, calls
+    assert sorted(q.split()[0].upper() for q in calls) == ["BEGIN", "COMMIT", "SELECT"], calls
+    assert counted == {"admitted": 22, "tool_calls": 22, "completed": 22}, counted
 
 
 _WAL_FLUSHES = "SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_io WHERE object = 'wal'"  # PostgreSQL 18

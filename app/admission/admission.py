@@ -6,8 +6,12 @@ Every admitted POST runs one PostgreSQL transaction that holds the task's row lo
   (its own transaction, in autocommit mode: one round trip) that increments
   ``admitted_requests`` only while the task is active and under every limit. PostgreSQL re-checks the ``WHERE`` clause on the locked row version, so N
   concurrent requests against a limit L admit exactly L, across processes.
-- **Locked path** (the fast path refused, the request carries new tool results, or the
-  task has a dollar ceiling or ``allowed_models``): ``SELECT ... FOR UPDATE``, then the
+- **Agent-turn path** (tool results, no dollar ceiling, ``allowed_models``, budget or
+  conversation request/duration ceiling: :mod:`app.admission.turn`): ``BEGIN``, one
+  ``SELECT`` that locks the row, writes the ledger, counts and returns the history window,
+  the detector in Python, ``COMMIT``. A loop-guard stop rolls back and takes the locked path.
+- **Locked path** (the fast path refused, or the task has a dollar ceiling or
+  ``allowed_models``, or the agent-turn path left it): ``SELECT ... FOR UPDATE``, then the
   pricing checks (:func:`charge_refusal`: not counted, no latch), then the loop guard
   records the results and judges the conversation, then the limits are checked in Python
   (:func:`limit_breach`), and a breach sets the durable stop latch in the same
@@ -47,11 +51,12 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
+from typing import Any, NoReturn
 
 import asyncpg
 
 from app.admission import ceiling, in_flight, reservations
+from app.admission import turn as agent_turn
 from app.admission.charge import Charge, charge_refusal
 from app import events
 from app.admission.holds import POLL_INTERVAL_S, holds
@@ -232,6 +237,10 @@ async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guar
 async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Settings,
                         guard: GuardRequest | None, charge: Charge, conversation_key: str,
                         request_id: str | None, task_id: str | None) -> Admitted:
+    if task_id is None and guard is not None and agent_turn.may_take(token_hash, settings):
+        turned = await _admit_turn(conn, token_hash, settings, guard, charge, conversation_key, request_id)
+        if turned is not None:
+            return turned
     async with conn.transaction():
         if task_id is not None:
             task = await task_rows.lock_task(conn, task_id=task_id)
@@ -239,6 +248,8 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
             task = await task_rows.lock_task(conn, token_hash=token_hash)
         if task is None:
             raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
+        if guard is not None and task_id is None:
+            agent_turn.remember(token_hash, task)
         active = task.active
         budgets = await budget_ledger.chain(conn, task.budget_id) if active and task.budget_id else []
         metered = task.cost_limit_usd is not None or budget_ledger.needs_dollars(budgets)
@@ -274,16 +285,46 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
             return Admitted(admitted, Policy(admitted, settings), verdict, reservation, charge.added_output_max(task),
                             held, keys)
         log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))
-    # the latch and the refusal count are committed; only now refuse. A stop set just now
-    # quotes the counters as they are once this judgement (which may have counted the
-    # request's tool calls) and the responses this process is still recording (usually
-    # the one whose tool call led here) are in; later refusals read a settled row anyway.
+    await _refuse(conn, task, refusal)
+
+
+async def _refuse(conn: asyncpg.Connection, task: Task, refusal: GatewayError) -> NoReturn:
+    """Raise ``refusal``, its latch and refusal count committed. A stop set just now
+    quotes the counters as they are once this judgement (which may have counted the
+    request's tool calls) and the responses this process is still recording (usually
+    the one whose tool call led here) are in; later refusals read a settled row anyway."""
     if task.active and refusal.type == "task_stopped":
         await in_flight.drained(task.id)
         row = await conn.fetchrow(_READ_TASK, task.id)
         if row is not None and row["status"] == "stopped":
             refusal = stop_refusal(Task.from_row(row))
     raise refusal
+
+
+async def _admit_turn(conn: asyncpg.Connection, token_hash: str, settings: Settings, guard: GuardRequest,
+                      charge: Charge, conversation_key: str, request_id: str | None) -> Admitted | None:
+    """The agent-turn path (:mod:`app.admission.turn`): ``BEGIN``, one ``SELECT``,
+    ``COMMIT`` for an admitted turn. ``None``: nothing was written (the task may not take
+    this path, or the loop guard stops it: rolled back), decide the usual way."""
+    try:
+        async with conn.transaction():
+            turn = await agent_turn.open_turn(conn, token_hash, guard, settings)
+            if turn is None:
+                raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
+            if not turn.recorded:
+                return None  # only the lock was taken: released at this commit
+            task, policy = turn.task, Policy(turn.task, settings)
+            verdict, breach = agent_turn.judge(turn, policy, conversation_key)  # raises Rerun on a stop
+            if verdict.action is Action.WARN:
+                await task_rows.add_event(conn, task.id, "loop_warning", verdict.reason, dict(verdict.detail),
+                                          request_id=request_id)
+            if breach is None:
+                return Admitted(task, policy, verdict, output_max=charge.added_output_max(task))
+            refusal = await _latch(conn, task, *breach, request_id)
+            log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))
+    except agent_turn.Rerun:
+        return None
+    await _refuse(conn, task, refusal)
 
 
 async def _announce(conn: asyncpg.Connection, exhausted: _Exhausted) -> None:

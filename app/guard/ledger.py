@@ -138,12 +138,34 @@ async def _insert_calls(conn: asyncpg.Connection, task_id: str, conversation_key
     arguments, :mod:`app.guard.preview`); returns how many were new."""
     if not calls:
         return 0
-    previews = [storable_json(argument_preview(c.arguments, preview_chars)) for c in calls]
-    rows = await conn.fetch(_INSERT_CALLS, task_id, conversation_key,
-                            [ledger_text(c.call_id) for c in calls], [ledger_text(c.name) for c in calls],
-                            list(hashes) if hashes is not None else [arguments_hash(c.arguments) for c in calls],
-                            previews)
+    rows = await conn.fetch(_INSERT_CALLS, task_id, conversation_key, *call_rows(calls, hashes, preview_chars))
     return len(rows)
+
+
+def call_rows(calls: Sequence[ToolCall], hashes: Sequence[str] | None,
+              preview_chars: int) -> tuple[list[str], list[str], list[str], list[str | None]]:
+    """The ledger's columns for ``calls`` (call ids, tool names, arguments hashes,
+    argument previews), as the batch insert takes them."""
+    return ([ledger_text(c.call_id) for c in calls], [ledger_text(c.name) for c in calls],
+            list(hashes) if hashes is not None else [arguments_hash(c.arguments) for c in calls],
+            [storable_json(argument_preview(c.arguments, preview_chars)) for c in calls])
+
+
+def result_rows(prints: RequestPrints) -> tuple[list[str], list[str], list[bool], list[bool], list[str | None]]:
+    """The ledger's result columns for a request's fingerprints (call ids, result hashes,
+    failure flags, empty flags, raw hashes), as the batch completion takes them."""
+    p = prints.results
+    return ([r.call_id for r in p], [r.result_hash for r in p], [r.is_error for r in p],
+            [r.is_empty for r in p], [r.raw_hash for r in p])
+
+
+def judge(history: Sequence[CallRecord], policy: Policy, conversation_key: str, normalizer: Normalizer, *,
+          task_tool_calls: int, conversation_tool_calls: int) -> Verdict:
+    """The detector's verdict on a conversation's window (oldest first), described
+    (conversation key, thresholds, normalisers in force)."""
+    thresholds = policy.thresholds
+    return _describe(detect(history, thresholds, task_tool_calls=task_tool_calls,
+                            conversation_tool_calls=conversation_tool_calls), thresholds, conversation_key, normalizer)
 
 
 async def _history(conn: asyncpg.Connection, task_id: str, conversation_key: str,
@@ -179,17 +201,14 @@ async def record_request(conn: asyncpg.Connection, task: Task, guard: GuardReque
     normalizer = config.normalizer
     completed = []
     if prints.results:
-        p = prints.results
-        completed = await conn.fetch(_COMPLETE_CALLS, task_id, [r.call_id for r in p], [r.result_hash for r in p],
-                                     [r.is_error for r in p], [r.is_empty for r in p], [r.raw_hash for r in p])
+        completed = await conn.fetch(_COMPLETE_CALLS, task_id, *result_rows(prints))
     if not completed and not new_calls:
         return Verdict(Action.OK)
     conv_calls = await conversations.add_tool_calls(conn, task_id, key, new_calls,
                                                     thresholds.conversation_tool_call_limit)
     history = await _history(conn, task_id, key, thresholds)
-    verdict = _describe(detect(history, thresholds, task_tool_calls=task.tool_calls + new_calls,
-                               conversation_tool_calls=conv_calls),
-                        thresholds, key, normalizer)
+    verdict = judge(history, policy, key, normalizer, task_tool_calls=task.tool_calls + new_calls,
+                    conversation_tool_calls=conv_calls)
     if verdict.action is Action.WARN:
         await task_rows.add_event(conn, task_id, "loop_warning", verdict.reason, dict(verdict.detail),
                                   request_id=request_id)

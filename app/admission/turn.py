@@ -1,0 +1,158 @@
+"""The agent-turn path: a request carrying tool results admitted in one statement.
+
+Inside the admission transaction, :func:`open_turn` runs ``taskgate_agent_turn()``
+(migration 0009): it locks the task row by token hash and, when the task may take this
+path (active; no dollar ceiling, ``allowed_models``, budget or conversation
+request/duration ceiling; ``loop_guard`` as this process last saw it), records the
+request's tool calls and results in the ledger, counts its new calls, counts the request
+when every limit allows one more (the fast path's ``WHERE`` on the locked row) and
+returns the conversation's history window, read after the lock and the writes. The
+detector then judges the window in Python (:func:`judge`) and the transaction commits:
+``BEGIN``, one ``SELECT``, ``COMMIT``.
+
+The ``loop_guard`` this process expects (it sizes the window and configures the result
+fingerprints before the row is read) is the one of the last locked row seen for the
+token; the function compares it with the locked row's and, when they differ (or none
+was seen yet), only locks and returns the row, and admission decides on the usual path
+with the lock held.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+
+from app.guard.detector import Action, CallRecord, Verdict, window_size
+from app.admission.limits import limit_breach
+from app.guard.ledger import GuardRequest, call_rows, result_rows
+from app.guard.ledger import judge as judge_window
+from app.guard.policy import Policy
+from app.guard.result_prints import config_for, fingerprints
+from app.settings import Settings
+from app.task import Task
+
+_TURN = (
+    "SELECT (f.task).*, f.recorded AS turn_recorded, f.counted AS turn_counted, f.new_calls AS turn_new_calls,"
+    " f.completed AS turn_completed, f.conversation_calls AS turn_conversation_calls,"
+    " f.window_ids, f.window_names, f.window_arguments, f.window_results, f.window_errors, f.window_empty"
+    " FROM taskgate_agent_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) AS f"
+)
+
+#: token hash -> (the task as last locked here, its ``loop_guard`` JSON as stored).
+_seen: dict[str, tuple[Task, Any]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """What ``taskgate_agent_turn()`` did: ``task`` is the locked row (after the counts
+    when ``recorded``); ``recorded`` whether the ledger was written (else nothing was:
+    admission goes on with the lock held); ``counted`` whether the request was counted
+    (every limit allowed it); the calls new to the ledger, the results that completed a
+    pending call, the conversation's tool calls after them (0 when no ceiling needs it)
+    and its history window (oldest first; empty when nothing was new)."""
+
+    task: Task
+    recorded: bool
+    counted: bool
+    new_calls: int
+    completed: int
+    conversation_calls: int
+    history: tuple[CallRecord, ...]
+
+
+async def open_turn(conn: asyncpg.Connection, token_hash: str, guard: GuardRequest,
+                    settings: Settings) -> Turn | None:
+    """Lock the task of ``token_hash`` and, where it may, record and count the request
+    (see the module docstring). ``None``: no such task. Runs inside the admission
+    transaction; the caller commits."""
+    seen = _seen.get(token_hash)
+    expect = seen is not None
+    window, limit, loop_guard = 0, False, None
+    prints = guard.prints
+    calls: tuple[list[Any], ...] = ([], [], [], [])
+    results: tuple[list[Any], ...] = ([], [], [], [], [])
+    if seen is not None:
+        expected, loop_guard = seen
+        policy = Policy(expected, settings)
+        config = config_for(expected, settings)
+        if prints is None or prints.config != config:
+            prints = guard.prints = fingerprints(guard.tool_calls, guard.tool_results, config)
+        window = window_size(policy.thresholds)
+        limit = settings.conversation_tool_call_limit is not None  # the task's own: read on its row
+        calls = call_rows(guard.tool_calls, prints.arguments, settings.ledger_argument_preview)
+        results = result_rows(prints)
+    row = await conn.fetchrow(_TURN, token_hash, expect, loop_guard, guard.conversation_key, window, limit,
+                              *calls, *results)
+    if row is None:
+        return None
+    task = Task.from_row(row)
+    remember(token_hash, task, row["loop_guard"])
+    history: tuple[CallRecord, ...] = ()
+    if row["window_ids"] is not None:
+        history = tuple(CallRecord(*r) for r in zip(row["window_ids"], row["window_names"], row["window_arguments"],
+                                                    row["window_results"], row["window_errors"], row["window_empty"]))
+    return Turn(task, row["turn_recorded"], row["turn_counted"], row["turn_new_calls"], row["turn_completed"],
+                row["turn_conversation_calls"], history)
+
+
+def may_take(token_hash: str, settings: Settings) -> bool:
+    """Whether a request carrying tool results for ``token_hash`` should try this path:
+    no conversation request or duration ceiling for every task, and the task as last
+    seen here (if it was) may take it."""
+    if settings.conversation_request_limit is not None or settings.conversation_max_duration_s is not None:
+        return False
+    seen = _seen.get(token_hash)
+    return seen is None or eligible(seen[0])
+
+
+def eligible(task: Task) -> bool:
+    """The columns ``taskgate_agent_turn()`` requires of a task (besides ``loop_guard``)."""
+    return (task.active and task.cost_limit_usd is None and task.allowed_models is None and task.budget_id is None
+            and task.conversation_request_limit is None and task.conversation_max_duration_s is None)
+
+
+def remember(token_hash: str, task: Task, loop_guard: Any = None) -> None:
+    """Keep ``task`` (just locked) as what the next turn of ``token_hash`` expects;
+    ``loop_guard``: its column as stored (default: as this version reads it)."""
+    if len(_seen) > 10_000:
+        _seen.clear()
+    _seen[token_hash] = (task, task.loop_guard.as_json() if loop_guard is None else loop_guard)
+
+
+class Rerun(Exception):
+    """The turn is left to the usual locked path; raised in the admission transaction,
+    which rolls back (nothing this path wrote stays)."""
+
+
+def judge(turn: Turn, policy: Policy, conversation_key: str) -> tuple[Verdict, tuple[str, dict[str, Any]] | None]:
+    """The loop guard's verdict on a recorded turn, and the limit the locked row had
+    reached (``None`` when the turn was counted). The verdict is ``OK`` without running
+    the detector when nothing new was recorded (a resent history), else the detector's
+    on the window (:func:`app.guard.ledger.judge`).
+
+    Raises :class:`Rerun` on a loop-guard stop (the latch is set the usual way, on a
+    fresh lock: once per task) and when the database's clock had passed
+    ``max_duration_s`` but this one has not yet."""
+    verdict = Verdict(Action.OK)
+    if turn.new_calls or turn.completed:
+        limit = policy.thresholds.conversation_tool_call_limit
+        conversation_calls = turn.conversation_calls if turn.new_calls or limit is not None else 0
+        verdict = judge_window(turn.history, policy, conversation_key, policy.normalizer,
+                               task_tool_calls=turn.task.tool_calls, conversation_tool_calls=conversation_calls)
+    if verdict.action is Action.STOP:
+        raise Rerun()
+    if turn.counted:
+        return verdict, None
+    breach = limit_breach(turn.task, datetime.now(timezone.utc), Decimal(0))
+    if breach is None:
+        raise Rerun()
+    return verdict, breach
+
+
+def forget() -> None:
+    """Drop what this process remembers of tasks' ``loop_guard`` (tests)."""
+    _seen.clear()

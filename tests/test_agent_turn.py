@@ -1,0 +1,121 @@
+"""The agent-turn path (:mod:`app.admission.turn`) on real PostgreSQL: requests carrying
+tool results are admitted exactly under concurrency, a loop stop latches as on the usual
+path, and a ``loop_guard`` changed by an operator applies to the very next turn."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections import Counter
+
+import pytest
+
+from app.admission import turn as agent_turn
+from app.admission.admission import admit
+from app.admission.tokens import token_hash
+from app.db.pool import create_pool
+from app.errors import GatewayError
+from app.guard.ledger import GuardRequest
+from app.settings import Settings
+from app.wire.base import ToolCall, ToolResult
+
+KEY = "s:agent-turn"
+
+
+@pytest.fixture
+async def pool(database_url):
+    pool = await create_pool(database_url, Settings(database_url=database_url))
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+def opened(monkeypatch):
+    """How many turns ``taskgate_agent_turn()`` recorded (the path was taken)."""
+    seen: Counter[str] = Counter()
+    real = agent_turn.open_turn
+
+    async def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        turn = await real(*args, **kwargs)
+        seen["recorded" if turn is not None and turn.recorded else "not"] += 1
+        return turn
+
+    monkeypatch.setattr(agent_turn, "open_turn", counting)
+    return seen
+
+
+def _turn(call_id: str, tool: str = "read_file", arguments: object = None, output: str = "ok") -> GuardRequest:
+    return GuardRequest(KEY, [ToolCall(call_id, tool, arguments if arguments is not None else {"id": call_id})],
+                        [ToolResult(call_id, output)])
+
+
+async def _task(pool, request_limit: int, loop_guard: dict | None = None) -> tuple[str, str]:
+    token = secrets.token_hex(8)
+    task_id = "turn-" + token
+    await pool.execute("INSERT INTO tasks (id, token_hash, request_limit, loop_guard) VALUES ($1, $2, $3, COALESCE($4::jsonb, '{}'))",
+                       task_id, token_hash(token), request_limit, loop_guard)
+    return task_id, token_hash(token)
+
+
+async def _admit(pool, hashed: str, settings: Settings, guard: GuardRequest) -> str:
+    try:
+        await admit(pool, hashed, settings, guard, conversation_key=KEY)
+        return "admitted"
+    except GatewayError as err:
+        return err.code or ""
+
+
+async def test_agent_turns_are_exact_under_concurrency(pool, opened, database_url):
+    settings = Settings(database_url=database_url)
+    task_id, hashed = await _task(pool, 26)
+    assert await _admit(pool, hashed, settings, _turn("warm")) == "admitted"  # the task is known here now
+    results = await asyncio.gather(*(_admit(pool, hashed, settings, _turn(f"c{i}")) for i in range(60)))
+    assert results.count("admitted") == 25
+    assert results.count("request_limit") == 35
+    assert opened["recorded"] >= 26  # every admitted turn took the path (and the one that latched)
+    row = await pool.fetchrow("SELECT admitted_requests, refused_requests, tool_calls, status, stop_reason"
+                              " FROM tasks WHERE id = $1", task_id)
+    assert tuple(row) == (26, 35, 27, "stopped", "request_limit")
+    # the turn that latched wrote its results, as on the usual path; the refusals after it nothing
+    assert await pool.fetchval("SELECT count(*) FROM tool_calls WHERE task_id = $1 AND result_hash IS NOT NULL",
+                               task_id) == 27
+    assert await pool.fetchval("SELECT count(*) FROM task_events WHERE task_id = $1 AND kind = 'stopped'",
+                               task_id) == 1
+
+
+async def test_a_loop_stop_on_the_agent_turn_path_latches_once(pool, opened, database_url):
+    settings = Settings(database_url=database_url)
+    task_id, hashed = await _task(pool, 100)
+    assert await _admit(pool, hashed, settings, _turn("warm", tool="ls")) == "admitted"
+    same = {"path": "src/app.py"}
+    results = [await _admit(pool, hashed, settings, _turn(f"loop{i}", arguments=same, output="x = 1"))
+               for i in range(6)]
+    assert results == ["admitted"] * 4 + ["repeated_tool_call"] * 2
+    row = await pool.fetchrow("SELECT admitted_requests, refused_requests, status, stop_reason FROM tasks"
+                              " WHERE id = $1", task_id)
+    assert tuple(row) == (5, 2, "stopped", "repeated_tool_call")
+    assert await pool.fetchval("SELECT count(*) FROM tool_calls WHERE task_id = $1", task_id) == 6
+    assert await pool.fetchval("SELECT count(*) FROM task_events WHERE task_id = $1 AND kind = 'stopped'",
+                               task_id) == 1
+    assert opened["recorded"] >= 4
+
+
+async def test_a_changed_loop_guard_applies_to_the_next_turn(pool, opened, database_url):
+    """The results are fingerprinted under the ``loop_guard`` this process last saw; the
+    locked row's is compared, so an operator's change is never fingerprinted under the
+    old one (here: the default normalisers back on, so ``took 3ms`` and ``took 4ms``
+    are the same result and the fifth identical call stops the task)."""
+    settings = Settings(database_url=database_url)
+    task_id, hashed = await _task(pool, 100, {"result_normalizer_defaults": False})
+    for i in range(2):
+        assert await _admit(pool, hashed, settings, _turn(f"warm{i}", tool="ls")) == "admitted"
+    assert opened["recorded"] == 1  # the first one made the task known here
+    await pool.execute("UPDATE tasks SET loop_guard = '{}' WHERE id = $1", task_id)
+    same = {"cmd": "make test"}
+    results = [await _admit(pool, hashed, settings, _turn(f"t{i}", tool="shell", arguments=same,
+                                                          output=f"tests passed, took {i + 3}ms"))
+               for i in range(5)]
+    assert results == ["admitted"] * 4 + ["repeated_tool_call"], results
+    detail = await pool.fetchval("SELECT stop_detail FROM tasks WHERE id = $1", task_id)
+    assert json.loads(detail)["count"] == 5 if isinstance(detail, str) else detail["count"] == 5
