@@ -12,14 +12,14 @@ detector then judges the window in Python (:func:`judge`) and the transaction co
 
 The ``loop_guard`` this process expects (it sizes the window and configures the result
 fingerprints before the row is read) is the one of the last locked row seen for the
-token; the function compares it with the locked row's and, when they differ (or none
-was seen yet), only locks and returns the row, and admission decides on the usual path
-with the lock held.
+token (none seen: no overrides); the function compares it with the locked row's and,
+when they differ, only locks and returns the row: admission commits that and decides on
+the usual path (once per task and process, or after an operator's change).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
@@ -33,7 +33,7 @@ from app.guard.ledger import judge as judge_window
 from app.guard.policy import Policy
 from app.guard.result_prints import config_for, fingerprints
 from app.settings import Settings
-from app.task import Task
+from app.task import LoopGuard, Task
 
 _TURN = (
     "SELECT (f.task).*, f.recorded AS turn_recorded, f.counted AS turn_counted, f.new_calls AS turn_new_calls,"
@@ -44,6 +44,10 @@ _TURN = (
 
 #: token hash -> (the task as last locked here, its ``loop_guard`` JSON as stored).
 _seen: dict[str, tuple[Task, Any]] = {}
+#: A task locked here (any): a task not seen yet is expected to be like it without
+#: ``loop_guard`` overrides (only ``loop_guard`` and the settings size the window and
+#: configure the fingerprints).
+_template: list[Task] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,8 @@ async def open_turn(conn: asyncpg.Connection, token_hash: str, guard: GuardReque
     (see the module docstring). ``None``: no such task. Runs inside the admission
     transaction; the caller commits."""
     seen = _seen.get(token_hash)
+    if seen is None and _template:  # a task not seen here yet: most tasks override nothing
+        seen = (replace(_template[0], loop_guard=LoopGuard()), {})
     expect = seen is not None
     window, limit, loop_guard = 0, False, None
     prints = guard.prints
@@ -120,6 +126,8 @@ def remember(token_hash: str, task: Task, loop_guard: Any = None) -> None:
     ``loop_guard``: its column as stored (default: as this version reads it)."""
     if len(_seen) > 10_000:
         _seen.clear()
+    if not _template:
+        _template.append(task)
     _seen[token_hash] = (task, task.loop_guard.as_json() if loop_guard is None else loop_guard)
 
 
@@ -156,3 +164,4 @@ def judge(turn: Turn, policy: Policy, conversation_key: str) -> tuple[Verdict, t
 def forget() -> None:
     """Drop what this process remembers of tasks' ``loop_guard`` (tests)."""
     _seen.clear()
+    _template.clear()
