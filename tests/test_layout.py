@@ -134,12 +134,11 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("app.jobs", "app.retention"),
 )
 #: Upward imports the house allows (at most 3): settings validates two knobs with their
-#: owners' parsers (the regex check of the result normalisers, the endpoint allowlist);
-#: the conversations table's I/O in guard reads and writes admission's input anchor.
+#: owners' parsers (the regex check of the result normalisers, the endpoint allowlist).
+#: The input anchor's I/O lives in admission (app.admission.anchor_rows), not guard (issue 18).
 UPWARD = {
     "app.settings -> app.guard.normalize",
     "app.settings -> app.proxy.endpoints",
-    "app.guard.conversations -> app.admission.anchor",
 }
 
 

@@ -56,6 +56,7 @@ from typing import Any, NoReturn
 import asyncpg
 
 from app.admission import ceiling, in_flight, reservations
+from app.admission import anchor_rows
 from app.admission import turn as agent_turn
 from app.admission.charge import Charge, charge_refusal
 from app import events
@@ -260,7 +261,7 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
         policy = Policy(task, settings)
         reservation = Decimal(0)
         if active and metered:
-            anchor = await conversations.anchor(conn, task.id, conversation_key)
+            anchor = await anchor_rows.anchor(conn, task.id, conversation_key)
             if anchor is not None and not charge.history_known:
                 raise _NeedsHistory()  # rolls back: nothing written yet
             reservation = charge.reservation_usd(task, anchor)

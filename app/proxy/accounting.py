@@ -22,7 +22,7 @@ from typing import Awaitable, Callable
 import asyncpg
 
 from app import events
-from app.admission import in_flight
+from app.admission import anchor_rows, in_flight
 from app.admission.anchor import Anchor, anchor_after
 from app.admission.charge import Charge
 from app.admission.cost import Settlement, settle
@@ -33,7 +33,6 @@ from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
 from app.db.pool import RELAXED_COMMIT, relaxed
 from app.db.retry import backlog
-from app.guard import conversations
 from app.guard.ledger import record_response
 from app.proxy.outcome import Outcome
 from app.wire.base import Usage
@@ -157,7 +156,7 @@ class Accounting:
 
     async def _set_anchor(self, anchor: Anchor) -> None:
         async with self.pool.acquire() as conn:
-            await conversations.set_anchor(conn, self.task_id, self.conversation_key, anchor)
+            await anchor_rows.set_anchor(conn, self.task_id, self.conversation_key, anchor)
 
     async def _execute(self, statement: str) -> None:
         async with self.pool.acquire() as conn:
