@@ -21,8 +21,10 @@ from typing import Any
 
 import orjson
 
-_LONG_DIGITS = re.compile(rb"\d{19}")
-_LONG_DIGITS_TEXT = re.compile(r"\d{19}")
+#: A run of 19 ASCII digits: JSON numbers are written in ASCII digits only (``\d`` on text
+#: would also match other scripts' digits, and scans about three times slower).
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
 
 
 def loads(data: bytes | str) -> Any:
