@@ -62,3 +62,31 @@ def test_the_edges_where_orjson_and_json_differ_answer_as_json(text: str) -> Non
 
 def test_nan_is_still_read() -> None:
     assert math.isnan(json_text.loads("NaN"))
+
+
+def _strings(value: object) -> object:
+    """``value`` with every number replaced by its kind: what loads_for_strings keeps."""
+    if isinstance(value, dict):
+        return {k: _strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strings(v) for v in value]
+    return "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_loads_for_strings_keeps_every_string_key_and_structure(value: object) -> None:
+    text = json.dumps(value)
+    assert _strings(json_text.loads_for_strings(text)) == _strings(json.loads(text))
+    assert _strings(json_text.loads_for_strings(text.encode())) == _strings(json.loads(text))
+
+
+@pytest.mark.parametrize("text", ['"\\ud800"', '{"a": "x", "a": "y"}', "[NaN]", "\ufeff{}", "{", "", "[1,]"])
+def test_loads_for_strings_answers_as_json_where_orjson_differs(text: str) -> None:
+    try:
+        expected = json.loads(text)
+    except ValueError as exc:
+        with pytest.raises(type(exc)):
+            json_text.loads_for_strings(text)
+        return
+    assert json.dumps(json_text.loads_for_strings(text)) == json.dumps(expected)

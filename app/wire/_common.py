@@ -21,6 +21,16 @@ def loads(data: str | bytes) -> Any:
         return None
 
 
+def loads_text(data: str | bytes) -> Any:
+    """JSON text parsed for its strings (:func:`app.wire.json_text.loads_for_strings`:
+    an integer beyond 64 bits may be a ``float``), ``None`` when it is not JSON. For the
+    answer text of stream events (``text_delta``). Never raises."""
+    try:
+        return json_text.loads_for_strings(data)
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
 def request_view(body: Any) -> RequestView:
     """A :class:`RequestView` with ``model`` and ``stream`` read from ``body`` (the
     fields every format shares); empty when ``body`` is not an object."""

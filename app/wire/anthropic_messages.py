@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-from app.wire._common import as_str, flatten_output, join_seed, loads, request_view, sse_event
+from app.wire._common import as_str, flatten_output, join_seed, loads, loads_text, request_view, sse_event
 from app.wire.anthropic_usage import UsageCounter, anthropic_usage
 from app.wire.base import EndKind, EventKind, ProviderKind, RequestView, ResponseSummary, ToolCall, ToolResult
 
@@ -269,7 +269,7 @@ class AnthropicMessagesFormat:
         """``delta.text`` of a ``content_block_delta`` whose delta is a ``text_delta``."""
         if '"text_delta"' not in data:
             return ""
-        obj = loads(data)
+        obj = loads_text(data)
         delta = obj.get("delta") if isinstance(obj, dict) else None
         if not isinstance(delta, dict) or delta.get("type") != "text_delta":
             return ""

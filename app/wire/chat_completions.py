@@ -29,6 +29,7 @@ from app.wire._common import (
     flatten_output,
     join_seed,
     loads,
+    loads_text,
     openai_end_type,
     openai_error_body,
     openai_usage,
@@ -328,7 +329,7 @@ class ChatCompletionsFormat:
         """``choices[].delta.content`` (legacy: ``choices[].text``) of one chunk."""
         if '"content"' not in data and '"text"' not in data:
             return ""
-        chunk = loads(data)
+        chunk = loads_text(data)
         choices = chunk.get("choices") if isinstance(chunk, dict) else None
         if not isinstance(choices, list):
             return ""

@@ -25,6 +25,7 @@ from app.wire._common import (
     flatten_output,
     join_seed,
     loads,
+    loads_text,
     openai_end_type,
     openai_error_body,
     request_view,
@@ -160,7 +161,7 @@ class ResponsesFormat:
         """``delta`` of a ``response.output_text.delta`` event."""
         if event and event != "response.output_text.delta":
             return ""
-        obj = loads(data)
+        obj = loads_text(data)
         if not isinstance(obj, dict) or obj.get("type", event) != "response.output_text.delta":
             return ""
         return as_str(obj.get("delta"))
