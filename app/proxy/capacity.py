@@ -69,6 +69,9 @@ class UpstreamSlots:
 
     async def take(self) -> Slot:
         """A slot, or raise 503 :func:`busy` after ``wait_s`` seconds without one."""
+        if not self._semaphore.locked():  # one is free: taken at once, no timer to arm and cancel
+            await self._semaphore.acquire()
+            return Slot(self)
         try:
             async with asyncio.timeout(self.wait_s):
                 await self._semaphore.acquire()
