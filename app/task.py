@@ -12,7 +12,7 @@ place: :class:`app.guard.policy.Policy`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from datetime import datetime
 from decimal import Decimal
@@ -110,13 +110,20 @@ class Task:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Task:
-        """The task of a ``SELECT * FROM tasks`` row (``KeyError`` for a missing column)."""
-        values = {name: row[name] for name in _TASK_COLUMNS}
-        values["loop_guard"] = LoopGuard.from_json(values["loop_guard"])
-        models = values["allowed_models"]
-        if models is not None:
-            values["allowed_models"] = tuple(models)
-        return cls(**values)
+        """The task of a ``SELECT * FROM tasks`` row (``KeyError`` for a missing column).
+
+        Built once or more per request, so the fields are stored through their slots
+        directly (what the generated ``__init__`` does, without its 40 keyword arguments
+        and ``object.__setattr__`` calls: ~2.5 instead of ~7.5 µs); ``Task`` has no
+        ``__post_init__`` to skip."""
+        task = object.__new__(cls)
+        for name, store in _SLOT_STORES:
+            store(task, row[name])
+        _store_loop_guard(task, LoopGuard.from_json(task.loop_guard))  # type: ignore[arg-type]
+        models = task.allowed_models
+        if models is not None and not isinstance(models, tuple):
+            _store_allowed_models(task, tuple(models))
+        return task
 
     @property
     def active(self) -> bool:
@@ -138,3 +145,8 @@ class Task:
 
 
 _TASK_COLUMNS = tuple(f.name for f in fields(Task))
+#: Each field's slot setter (``member_descriptor.__set__``), in field order.
+_SLOT_STORES: tuple[tuple[str, Callable[[Task, Any], None]], ...] = tuple(
+    (name, getattr(Task, name).__set__) for name in _TASK_COLUMNS)
+_store_loop_guard = getattr(Task, "loop_guard").__set__
+_store_allowed_models = getattr(Task, "allowed_models").__set__

@@ -45,3 +45,13 @@ def test_counters() -> None:
     assert task.total_tokens == 12 and not task.active
     assert task_value().active
     assert LoopGuard.from_json(None) == LoopGuard.from_json({}) == LoopGuard()
+
+
+def test_from_row_is_the_value_the_constructor_builds() -> None:
+    row = new_row(loop_guard={"cycle_repeats": 4}, allowed_models=["a", "b"], budget_id="team",
+                  stop_detail={"x": 1}, cost_usd=Decimal("0.25"))
+    built = Task(**{**{f.name: row[f.name] for f in fields(Task)},
+                    "loop_guard": LoopGuard(cycle_repeats=4), "allowed_models": ("a", "b")})
+    task = Task.from_row(row)
+    assert task == built
+    assert all(getattr(task, f.name) == getattr(built, f.name) for f in fields(Task))
