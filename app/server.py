@@ -70,6 +70,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._body_timeout_s = settings.body_timeout_s
         self._header_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        self._body_pending = False  # headers in, body not yet complete
         self._too_large = False
         self._request_begun = False
         self._caps = client_caps(settings)
@@ -96,6 +97,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._first_byte_timer.cancel()
             self._first_byte_timer = None
         super().data_received(data)
+        # The header and body deadlines of a request still arriving start now, in the read
+        # that brought its first bytes or its headers; a request whose headers and body came
+        # whole in one read (the usual case) never arms and cancels their timers.
+        if (self._request_begun or self._body_pending) and not self.transport.is_closing():
+            if self._request_begun and self._header_timer is None:
+                self._arm()
+            if self._body_pending and self._body_timer is None:
+                self._body_timer = self.loop.call_later(self._body_timeout_s + 1.0, self._body_late)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
@@ -117,9 +126,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._header_bytes = 0
-        self._request_begun = True
-        if self._header_timer is None:
-            self._arm()
+        self._request_begun = True  # the header deadline is armed after this read (data_received)
 
     def on_url(self, url: bytes) -> None:
         self._count(len(url))
@@ -136,10 +143,10 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm()
         self._request_begun = False
         super().on_headers_complete()
-        if self._body_timeout_s:
-            self._body_timer = self.loop.call_later(self._body_timeout_s + 1.0, self._body_late)
+        self._body_pending = bool(self._body_timeout_s)  # armed after this read unless the body is in
 
     def on_message_complete(self) -> None:
+        self._body_pending = False
         self._disarm_body()
         super().on_message_complete()
 

@@ -72,6 +72,19 @@ def test_slow_headers_are_closed_within_the_header_deadline(bounded):
     assert got.startswith(b"HTTP/1.1 408")
 
 
+def test_a_later_request_on_a_kept_alive_connection_has_its_own_header_deadline(bounded):
+    s = connect(bounded)
+    s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")  # whole in one read: no deadline armed
+    first = b""
+    while b"\r\n\r\n" not in first:
+        first += s.recv(65536)
+    assert first.startswith(b"HTTP/1.1 200")
+    s.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n")  # the next one's headers never end
+    elapsed, got = closed_after(s, trickle=b"x-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
+    assert elapsed < HEADER_S + 4
+    assert b"HTTP/1.1 408" in got
+
+
 def test_slow_bodies_are_refused_within_the_body_deadline(bounded, upstream):
     admin = Admin(bounded.url)
     task_id, token = admin.create_task()
