@@ -179,15 +179,26 @@ class RelayResponse(Response):
             headers_deadline = started + self.watchdog.first_event_timeout_s
         else:
             headers_deadline = started + self.total_timeout_s
+        upstream: UpstreamResponse | None = None
+        body: bytes | None = None
         try:
             async with asyncio.timeout_at(headers_deadline):
                 upstream = await self.client.send(self.request, stream=True)
+                is_sse = (upstream.headers.get("content-type") or "").startswith("text/event-stream")
+                if not self.stream_requested and not is_sse:  # a body: the same deadline, one scope
+                    body = await upstream.aread()
         except (TimeoutError, httpx.HTTPError) as exc:
-            raise self._failed(exc, "did not answer in time", unreachable=True) from None
+            if upstream is None:
+                raise self._failed(exc, "did not answer in time", unreachable=True) from None
+            await upstream.aclose()
+            raise self._failed(exc, "did not finish its response in time") from None
         try:
             self.outcome.status = upstream.status_code
             chunks: AsyncIterator[bytes] | None = None
-            if (upstream.headers.get("content-type") or "").startswith("text/event-stream"):
+            if body is not None:
+                await self._relay_body(send, upstream, body=body)
+                return
+            if is_sse:
                 chunks = upstream.aiter_raw()
             elif self.stream_requested and upstream.is_success:
                 try:
@@ -202,15 +213,19 @@ class RelayResponse(Response):
         finally:
             await upstream.aclose()
 
-    async def _relay_body(self, send: Send, upstream: UpstreamResponse, deadline: float) -> None:
-        try:
-            async with asyncio.timeout_at(deadline):
-                if self._body_chunks is None:
-                    body = await upstream.aread()
-                else:
-                    body = b"".join([chunk async for chunk in self._body_chunks])
-        except (TimeoutError, httpx.HTTPError) as exc:
-            raise self._failed(exc, "did not finish its response in time") from None
+    async def _relay_body(self, send: Send, upstream: UpstreamResponse, deadline: float = 0.0,
+                          body: bytes | None = None) -> None:
+        """Relay a whole body: ``body`` when :meth:`_exchange` read it already, else read
+        by ``deadline`` (event-loop time)."""
+        if body is None:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    if self._body_chunks is None:
+                        body = await upstream.aread()
+                    else:
+                        body = b"".join([chunk async for chunk in self._body_chunks])
+            except (TimeoutError, httpx.HTTPError) as exc:
+                raise self._failed(exc, "did not finish its response in time") from None
         await self._start(send, upstream)
         await send({"type": "http.response.body", "body": self.redact(body), "more_body": False})
         if upstream.status_code == 200 and body[:1] == b"{":
