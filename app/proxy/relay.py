@@ -89,7 +89,8 @@ class RelayResponse(Response):
         self._body_chunks: AsyncIterator[bytes] | None = None  # a body whose start was sniffed
         self.monitor = monitor  # the answer's text: repeated output, text hash
         self.background = None
-        self._task: asyncio.Future | None = None  # the relay, while it runs
+        self._task: asyncio.Task | None = None  # the task running the relay, while it runs
+        self._cancelling = False  # the relay was cancelled by cut() or a client that left
         self._stop: GatewayError | None = None  # set by cut()
         self._stream: StreamRelay | None = None  # a stream's relay, once it started
         self._ended = False
@@ -126,30 +127,20 @@ class RelayResponse(Response):
             return False
         self._stop = refusal
         if not self._response_started:
-            if self._task is not None:
-                self._task.cancel()
+            self._cancel_relay()
         elif stream is not None:  # between two reads the loop sees the stop before the next
             stream.stop = refusal
             stream.watch.expire()
         return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        relay = self._task = asyncio.ensure_future(self._relay(send))
         watch = asyncio.ensure_future(_wait_for_disconnect(receive))
-        if self._stop is not None:  # cut before it began
-            relay.cancel()
+        watch.add_done_callback(self._client_left)
         try:
-            await asyncio.wait({relay, watch}, return_when=asyncio.FIRST_COMPLETED)
-            if not relay.done():
-                relay.cancel()
-                self.outcome.kind = "disconnected"
-            try:
-                await relay
-            except asyncio.CancelledError:
-                if self._stop is not None and self.outcome.kind != "disconnected":
-                    await self._send_stopped(send)
-            except OSError:  # the client went away while we were sending
-                self.outcome.kind = "disconnected"
+            if self._stop is None:  # else cut before it began
+                await self._relay_here(send)
+            if self._stop is not None and self._cancelled_before_start():
+                await self._send_stopped(send)
         finally:
             self._ended = True
             if self._stream is not None:
@@ -163,6 +154,43 @@ class RelayResponse(Response):
                 await asyncio.shield(self.on_finish(self.outcome))
             except Exception:  # noqa: BLE001 - the client already has its answer
                 logger.exception("recording the outcome of %s failed", self.outcome.detail)
+
+    async def _relay_here(self, send: Send) -> None:
+        """Run the relay in this task (no task of its own): :meth:`cut` and a client
+        that leaves cancel it through :meth:`_cancel_relay`; that cancellation ends
+        here, any other (the server stopping) propagates."""
+        task = self._task = asyncio.current_task()
+        try:
+            await self._relay(send)
+        except asyncio.CancelledError:
+            if not self._cancelling or task is None:
+                raise
+            self._cancelling = False
+            if task.uncancel() > 0:
+                raise  # cancelled from elsewhere too
+        except OSError:  # the client went away while we were sending
+            self.outcome.kind = "disconnected"
+        finally:
+            self._task = None
+            if self._cancelling and task is not None:  # the relay caught our cancel itself: withdraw it
+                self._cancelling = False
+                task.uncancel()
+
+    def _cancel_relay(self) -> None:
+        if self._task is not None and not self._cancelling:
+            self._cancelling = True
+            self._task.cancel()
+
+    def _client_left(self, watch: asyncio.Future) -> None:
+        """The disconnect watch ended: the client left (unless the watch was cancelled)."""
+        if not watch.cancelled() and self._task is not None:
+            self.outcome.kind = "disconnected"
+            self._cancel_relay()
+
+    def _cancelled_before_start(self) -> bool:
+        """Whether a stop ended the exchange before its response started (the client
+        is still there and gets the stop refusal)."""
+        return not self._response_started and self.outcome.kind != "disconnected"
 
     async def _relay(self, send: Send) -> None:
         try:
