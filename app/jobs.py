@@ -21,8 +21,9 @@ def start(pool: asyncpg.Pool, settings: Settings) -> list[asyncio.Task[None]]:
     jobs = []
     if settings.reservation_sweep_s > 0:
         jobs.append(asyncio.create_task(sweep_forever(pool, settings), name="reservation sweep"))
-    if settings.retention_days is not None:
-        jobs.append(asyncio.create_task(prune_forever(pool, settings), name="retention"))
+    if settings.retention_days is not None or settings.ledger_keep_per_conversation > 0:
+        jobs.append(asyncio.create_task(prune_forever(pool, settings, settings.retention_interval_s),
+                                        name="retention"))
     return jobs
 
 

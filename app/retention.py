@@ -12,6 +12,19 @@ without waiting on each other or on admissions. Off by default (``None``).
 
 :func:`prune` is the job's unit and what ``POST /admin/prune`` and
 ``taskgate tasks prune`` run by hand.
+
+**Ledger compaction** (:func:`compact`, in the same job): an active task's ledger
+(``tool_calls`` rows, ~750 B each) would grow as long as the task runs. The detector
+only ever reads a conversation's newest :func:`app.guard.detector.window_size` rows
+(pending included), so rows further back are deleted: per conversation the newest
+``max(window_size(thresholds in force), TASKGATE_LEDGER_KEEP_PER_CONVERSATION)`` rows
+stay, and of the older ones only completed rows completed more than
+``TASKGATE_LEDGER_COMPACT_AFTER_S`` ago go (a pending call still awaits its result; a
+call the agent may still resend in its trailing turn must not be counted again). Each
+task is compacted under its row lock taken with ``FOR NO KEY UPDATE SKIP LOCKED``: a
+task being admitted is skipped until the next run, and no admission can read its
+history half-compacted. The counts stay: ``tasks.tool_calls`` and each conversation's
+``tool_calls`` are counters of their own, not row counts.
 """
 
 from __future__ import annotations
@@ -23,7 +36,10 @@ import asyncpg
 
 from app.db.errors import database_unreachable
 from app.fault_log import faults
+from app.guard.detector import window_size
+from app.guard.policy import Policy
 from app.settings import Settings
+from app.task import Task
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +47,8 @@ logger = logging.getLogger(__name__)
 BATCH = 100
 #: Seconds between runs of the background job.
 INTERVAL_S = 3600.0
+#: Ledger rows deleted per transaction, and tasks looked at per candidate query.
+COMPACT_BATCH = 1000
 
 _PRUNE = """
 WITH doomed AS (
@@ -58,12 +76,77 @@ async def prune(pool: asyncpg.Pool, older_than_days: float, max_batches: int = 1
     return deleted
 
 
+# A task with fewer calls than the floor cannot have a conversation past it (every ledger
+# row was counted in tasks.tool_calls when it was inserted).
+_COMPACT_CANDIDATES = ("SELECT id FROM tasks WHERE status = 'active' AND tool_calls > $1 AND id > $2"
+                       " ORDER BY id LIMIT $3")
+_LOCK_FOR_COMPACTION = "SELECT * FROM tasks WHERE id = $1 AND status = 'active' FOR NO KEY UPDATE SKIP LOCKED"
+_COMPACT = """
+WITH ranked AS (
+    SELECT call_id, result_hash, completed_at,
+           row_number() OVER (PARTITION BY conversation_key ORDER BY seq DESC) AS newest
+      FROM tool_calls WHERE task_id = $1),
+doomed AS (
+    SELECT call_id FROM ranked
+     WHERE newest > $2 AND result_hash IS NOT NULL
+       AND completed_at < now() - $3 * interval '1 second'
+     LIMIT $4)
+DELETE FROM tool_calls t USING doomed WHERE t.task_id = $1 AND t.call_id = doomed.call_id
+"""
+
+
+def rows_kept(task: Task, settings: Settings) -> int:
+    """Ledger rows kept per conversation of ``task``: the detector's window for its
+    thresholds in force, at least ``ledger_keep_per_conversation``."""
+    return max(window_size(Policy(task, settings).thresholds), settings.ledger_keep_per_conversation)
+
+
+async def compact_task(pool: asyncpg.Pool, task_id: str, settings: Settings) -> int | None:
+    """Compact one active task's ledger (module docstring), :data:`COMPACT_BATCH` rows
+    per transaction; returns the rows deleted, ``None`` when the task was locked (being
+    admitted: skipped) or is no longer active."""
+    deleted = 0
+    while True:
+        async with pool.acquire() as conn, conn.transaction():
+            row = await conn.fetchrow(_LOCK_FOR_COMPACTION, task_id)
+            if row is None:
+                return deleted or None
+            keep = rows_kept(Task.from_row(row), settings)
+            status = await conn.execute(_COMPACT, task_id, keep, settings.ledger_compact_after_s, COMPACT_BATCH)
+        done = int(status.split()[-1])
+        deleted += done
+        if done < COMPACT_BATCH:
+            return deleted
+
+
+async def compact(pool: asyncpg.Pool, settings: Settings) -> int:
+    """Compact the ledgers of all active tasks; returns the rows deleted. Off when
+    ``ledger_keep_per_conversation`` is 0."""
+    if settings.ledger_keep_per_conversation <= 0:
+        return 0
+    deleted, after = 0, ""
+    while True:
+        async with pool.acquire() as conn:
+            ids = [r["id"] for r in await conn.fetch(_COMPACT_CANDIDATES, settings.ledger_keep_per_conversation,
+                                                      after, COMPACT_BATCH)]
+        for task_id in ids:
+            deleted += await compact_task(pool, task_id, settings) or 0
+        if len(ids) < COMPACT_BATCH:
+            break
+        after = ids[-1]
+    if deleted:
+        logger.info("retention: compacted %d ledger row(s) of active tasks", deleted)
+    return deleted
+
+
 async def prune_forever(pool: asyncpg.Pool, settings: Settings, interval_s: float = INTERVAL_S) -> None:
-    """:func:`prune` with ``retention_days`` now and every ``interval_s`` until cancelled."""
+    """:func:`prune` with ``retention_days`` and :func:`compact`, now and every
+    ``interval_s`` until cancelled."""
     while True:
         try:
             if settings.retention_days is not None:
                 await prune(pool, settings.retention_days)
+            await compact(pool, settings)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the next run tries again

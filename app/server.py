@@ -19,8 +19,9 @@ httptools parser, so :class:`BoundedHttpToolsProtocol` adds both:
   a response was already sent).
 
 - **Per-client caps** (:mod:`app.client_caps`): open connections and connections that
-  have not finished their first headers, per peer address; a connection past a cap is
-  closed when accepted.
+  have not finished their first headers, per peer address; while the process is under
+  pressure, a connection past a cap is on a short leash: its first byte and each
+  request's headers get ``over_cap_header_timeout_s`` (1 s).
 - **First-byte deadline** (``first_byte_timeout_s``): a new connection that sends
   nothing within it is closed (shorter than the header deadline).
 
@@ -53,8 +54,14 @@ def client_caps(settings: Settings) -> ClientCaps:
     """This process's per-client-address counters (:mod:`app.client_caps`)."""
     global _caps
     if _caps is None:
-        _caps = ClientCaps(settings.max_connections_per_client, settings.max_unfinished_per_client)
+        _caps = ClientCaps(settings.max_connections_per_client, settings.max_unfinished_per_client,
+                           settings.max_connections)
     return _caps
+
+
+#: Connections past a cap accepted while there was no pressure, still without their first
+#: headers: leashed all at once when pressure comes.
+_waiting: set["BoundedHttpToolsProtocol"] = set()
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -77,20 +84,42 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._first_byte_timeout_s = settings.first_byte_timeout_s
         self._first_byte_timer: asyncio.TimerHandle | None = None
         self._peer: str | None = None  # counted in the caps while set
+        self._over_cap_timeout_s = settings.over_cap_header_timeout_s
         self._unfinished = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         peer = transport.get_extra_info("peername")
         address = peer[0] if isinstance(peer, tuple) and peer else None
-        if address is not None:
-            if not self._caps.accept(address):
-                transport.close()  # over this client's cap: it has sent nothing, nothing to answer
-                return
-            self._peer, self._unfinished = address, True
         self._arm()
         if self._first_byte_timeout_s:
             self._first_byte_timer = self.loop.call_later(self._first_byte_timeout_s, self._silent)
+        if address is not None:
+            self._peer, self._unfinished = address, True
+            if not self._caps.accept(address):
+                if not self._caps.under_pressure():
+                    _waiting.add(self)
+                    return
+                for waiting in [self, *_waiting]:
+                    waiting._leash(self._over_cap_timeout_s)
+                _waiting.clear()
+
+    def _leash(self, timeout_s: float) -> None:
+        """Past this client's cap under pressure: the first byte and every request's
+        headers of this connection get ``timeout_s`` from now at most. (Its keep-alive
+        idle time stays: closing kept-alive connections early races clients reusing them.)"""
+        if timeout_s <= 0 or self.transport.is_closing():
+            return
+        self._header_timeout_s = min(self._header_timeout_s or timeout_s, timeout_s)
+        deadline = self.loop.time() + timeout_s
+        if self._first_byte_timer is not None and self._first_byte_timer.when() > deadline:
+            self._first_byte_timer.cancel()
+            self._first_byte_timer = self.loop.call_at(deadline, self._silent)
+        if self._header_timer is not None and self._header_timer.when() > deadline:
+            self._header_timer.cancel()
+            self._header_timer = self.loop.call_at(deadline, self._headers_late)
+        elif self._header_timer is None and self._unfinished:
+            self._header_timer = self.loop.call_at(deadline, self._headers_late)
 
     def data_received(self, data: bytes) -> None:
         if self._first_byte_timer is not None:
@@ -112,6 +141,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._first_byte_timer is not None:
             self._first_byte_timer.cancel()
             self._first_byte_timer = None
+        _waiting.discard(self)
         if self._peer is not None:
             self._caps.closed(self._peer, self._unfinished)
             self._peer = None
@@ -140,6 +170,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self._unfinished and self._peer is not None:
             self._caps.finished_headers(self._peer)
             self._unfinished = False
+            _waiting.discard(self)
         self._disarm()
         self._request_begun = False
         super().on_headers_complete()

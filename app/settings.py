@@ -147,6 +147,11 @@ class Settings(BaseSettings):
         description="Delete tasks stopped or idle (tasks.updated_at) longer than this many days, with "
         "their events, ledger, conversations and request log, hourly in batches (app/retention.py); "
         "unset: never.")
+    retention_interval_s: float = Field(default=3600.0, gt=0, description="Seconds between retention runs.")
+    ledger_keep_per_conversation: int = Field(default=256, ge=0, description="Ledger rows kept per conversation "
+                                              "of an active task (at least the guard's window); 0: no compaction.")
+    ledger_compact_after_s: float = Field(default=3600.0, ge=0, description="Older ledger rows go once completed "
+                                          "this long ago (app/retention.py).")
     reservation_sweep_s: float = Field(default=30.0, ge=0, description="Seconds between sweeps releasing holds "
                                        "of gone gateways past their deadline (app/admission/reservations.py); 0: off.")
     cost_wait_s: float = Field(
@@ -196,16 +201,12 @@ class Settings(BaseSettings):
         "limit_concurrency: 503 above); 0 disables. Each relayed request also holds an upstream "
         "connection: raise the open-files limit to more than twice this.",
     )
-    max_connections_per_client: int = Field(
-        default=0, ge=0,
-        description="Open connections per client IP address and process; more are closed when "
-        "accepted (app/client_caps.py). 0 (default): no cap. For a gateway that untrusted clients "
-        "reach directly; behind a reverse proxy or NAT every client shares one address.")
-    max_unfinished_per_client: int = Field(
-        default=0, ge=0,
-        description="Connections per client IP address and process that have not yet sent their "
-        "first request's headers; more are closed when accepted. 0 (default): no cap (a burst "
-        "of new connections from one busy host all count until their headers arrive).")
+    max_connections_per_client: int = Field(default=256, ge=0, description="Open connections per client IP "
+                                            "and process; more get over_cap_header_timeout_s (app/client_caps.py).")
+    max_unfinished_per_client: int = Field(default=64, ge=0, description="Connections per client IP and process "
+                                           "still without their first headers; more get over_cap_header_timeout_s.")
+    over_cap_header_timeout_s: float = Field(default=1.0, ge=0, description="First-byte and header deadline "
+                                             "of a connection past a per-client cap under pressure; 0: none.")
     first_byte_timeout_s: float = Field(default=5.0, ge=0, description="A new connection silent this long is "
                                         "closed; 0 disables.")
     keep_alive_timeout_s: float = Field(
