@@ -16,7 +16,7 @@ request's headers get ``TASKGATE_OVER_CAP_HEADER_TIMEOUT_S`` (default 1 s), thos
 already waiting included.
 A busy host's burst of new connections (SDK clients, every client behind one NAT) is
 served as long as there is room; a flood of silent or trickling connections is shed
-within a second once it fills half the connection budget (``max_connections``), so it
+within a second once it fills three quarters of the connection budget (``max_connections``), so it
 cannot take the room the other clients need. Behind a reverse proxy every client has the
 proxy's address: bound clients in the proxy (docs/hardening.md).
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 #: Share of the process's connection budget above which connections past a cap are leashed.
-PRESSURE = 0.5
+PRESSURE = 0.75
 
 
 @dataclass(slots=True)

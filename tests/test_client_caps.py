@@ -113,10 +113,12 @@ def test_caps_count_per_address():
     assert ClientCaps(0, 0).accept("x")
 
 
-def test_pressure_is_half_the_connection_budget():
+def test_pressure_is_three_quarters_of_the_connection_budget():
     caps = ClientCaps(max_open=0, max_unfinished=1, budget=4)
     assert caps.accept("a") and not caps.accept("a")
-    assert caps.under_pressure()  # 2 of 4
+    assert not caps.under_pressure()  # 2 of 4
+    assert caps.accept("b")
+    assert caps.under_pressure()  # 3 of 4
     caps.closed("a", unfinished=True)
     assert not caps.under_pressure()
     assert ClientCaps(0, 1).under_pressure()  # no budget: always
