@@ -201,9 +201,9 @@ class Settings(BaseSettings):
         "limit_concurrency: 503 above); 0 disables. Each relayed request also holds an upstream "
         "connection: raise the open-files limit to more than twice this.",
     )
-    max_connections_per_client: int = Field(default=256, ge=0, description="Open connections per client IP "
+    max_connections_per_client: int = Field(default=0, ge=0, description="Open connections per client IP "
                                             "and process; more get over_cap_header_timeout_s (app/client_caps.py).")
-    max_unfinished_per_client: int = Field(default=64, ge=0, description="Connections per client IP and process "
+    max_unfinished_per_client: int = Field(default=0, ge=0, description="Connections per client IP and process "
                                            "still without their first headers; more get over_cap_header_timeout_s.")
     over_cap_header_timeout_s: float = Field(default=1.0, ge=0, description="First-byte and header deadline "
                                              "of a connection past a per-client cap under pressure; 0: none.")
