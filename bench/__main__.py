@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from bench import config as cfgmod
-from bench import litellm_proxy, portkey, report, summary
+from bench import calibrate, litellm_proxy, portkey, report, summary
 from bench.services import REPO
 from bench.suite import Suite, log
 
@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help=f"comma-separated figures: {','.join(cfgmod.FIGURES)}")
     parser.add_argument("--no-litellm", action="store_true", help="skip the LiteLLM column")
     parser.add_argument("--no-portkey", action="store_true", help="skip the Portkey gateway column")
+    parser.add_argument("--no-wrk", action="store_true", help="skip the wrk runs of the tail figure")
     parser.add_argument("--server-pg", action="store_true",
                         help="also measure taskgate on the PostgreSQL server at 127.0.0.1:5432")
     parser.add_argument("--workers", type=int, default=2,
@@ -97,17 +98,22 @@ def main(argv: list[str] | None = None) -> int:
     cfg.use_litellm = not args.no_litellm
     cfg.use_server_pg = args.server_pg
     cfg.use_portkey = not args.no_portkey
+    cfg.use_wrk = not args.no_wrk
     cfg.workers = max(1, args.workers)
 
     t0 = time.monotonic()
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "mode": "quick" if args.quick else "full",
             "commit": _commit(), "app_digest": _app_digest()}
+    log("calibrating (a fixed pure-Python loop, bench/calibrate.py)")
+    cal_before = calibrate.measure()
     with Suite(cfg, args.litellm_python) as suite:
         records = suite.run()
         meta.update(suite.info)
         paths = {k: {"available": p.ok, "reason": p.unavailable, "notes": p.notes,
                      "label": p.label.replace("N workers", f"{cfg.workers} workers")}
                  for k, p in suite.paths.items()}
+    meta["calibration"] = calibrate.combine(cal_before, calibrate.measure())
+    log(f"calibration: cal = {meta['calibration']['cal_ms']:.3f} ms")
     meta["wall_s"] = round(time.monotonic() - t0, 1)
     meta["app_digest_end"] = _app_digest()
 
@@ -117,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     doc = {"meta": meta, "config": _jsonable(dataclasses.asdict(cfg)), "paths": paths,
-           "summary": figures, "records": records}
+           "summary": figures, "summary_per_cal": calibrate.calibrated(figures, meta["calibration"]["cal_ms"]),
+           "records": records}
     (args.out / "latest.md").write_text(markdown)
     (args.out / "latest.json").write_text(json.dumps(doc, indent=1, default=str))
     shutil.copy(args.out / "latest.md", args.out / f"{stamp}-{meta['mode']}.md")

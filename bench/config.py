@@ -21,6 +21,10 @@ class Config:
     paced_duration_s: float = 2.0
     """Per-chunk CPU runs: chunks arrive one by one, ``paced_delay_ms`` apart."""
     concurrencies: tuple[int, ...] = (1, 16, 64, 128)
+    wrk_concurrencies: tuple[int, ...] = (16, 64, 128)
+    """The latency runs at these c are repeated with wrk (:mod:`bench.wrk`), right
+    after the :mod:`bench.load` run, for the tail figure."""
+    use_wrk: bool = True
     tool_turn_concurrencies: tuple[int, ...] = (1, 16)
     chunk_counts: tuple[int, int] = (50, 500)
     chunk_size: int = 16

@@ -9,7 +9,8 @@
   figure only).
 - ``bare_relay``: client → a bare uvicorn + aiohttp relay → upstream: no gateway
   logic at all, the floor for a Python relay on this stack (:mod:`bench.bare_relay`).
-- ``portkey``: client → Portkey gateway (Node) → upstream (non-streaming figures).
+- ``portkey``: client → Portkey gateway (Node) → upstream (latency, streaming, relay CPU
+  and memory figures).
 - ``litellm``: client → LiteLLM proxy → upstream (master key, no database).
 """
 

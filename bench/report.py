@@ -11,6 +11,17 @@ from bench.paths import LABELS, ORDER
 
 _LABELS: dict[str, str] = dict(LABELS)
 """Path labels of the report being rendered (``taskgate_workers`` names its N)."""
+_CAL: dict[str, float] = {"ms": 0.0}
+"""The calibration time of the report being rendered (ms; 0: none)."""
+
+
+def cal(v: dict[str, Any] | None, unit_ms: float = 1.0) -> str:
+    """The median of ``v`` (in units of ``unit_ms`` ms) in cal units
+    (:mod:`bench.calibrate`); ``—`` when missing or uncalibrated."""
+    if not v or not _CAL["ms"]:
+        return "—"
+    x = v["median"] * unit_ms / _CAL["ms"]
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 def fmt(v: dict[str, Any] | None, digits: int = 2, spread_shown: bool = True) -> str:
@@ -65,6 +76,17 @@ def render(s: dict[str, Any], meta: dict[str, Any], cfg: Config, paths: dict[str
                f"{m['load_avg_1m_at_start']}; CPU used by other processes during the measured windows: "
                f"{fmt(s.get('other_load_cores'))} cores (median, min–max over windows). "
                "Client, upstream, proxy and PostgreSQL all share these cores.")
+    calib = meta.get("calibration") or {}
+    _CAL["ms"] = float(calib.get("cal_ms") or 0.0)
+    if _CAL["ms"]:
+        b, a = calib.get("before") or {}, calib.get("after") or {}
+        out.append(f"**CPU calibration:** cal = **{_CAL['ms']:.3f} ms**, the best of {b.get('runs', '?')} passes of a "
+                   f"fixed pure-Python loop (`bench/calibrate.py`, Python {b.get('python', '?')}), timed before the "
+                   f"services started ({b.get('cal_ms', 0):.3f} ms, median {b.get('median_ms', 0):.3f}) and after they "
+                   f"stopped ({a.get('cal_ms', 0):.3f} ms, median {a.get('median_ms', 0):.3f}). Columns marked "
+                   "*÷ cal* give a time in cal units (time ÷ cal), to compare runs on other machines; CPU times scale "
+                   "with it, waits on the disk do not. Every time figure in cal units is in the JSON "
+                   "(`summary_per_cal`).")
     vers = ", ".join(_versions(meta))
     if vers:
         out.append(f"**Versions:** {vers}.")
@@ -95,14 +117,17 @@ def render(s: dict[str, Any], meta: dict[str, Any], cfg: Config, paths: dict[str
     rows = []
     for r in s["latency"]:
         if r.get("error") and not r.get("p50"):
-            rows.append([_label(r["path"]), str(r["c"]), f"error: {r['error'][:80]}"] + [""] * 9)
+            rows.append([_label(r["path"]), str(r["c"]), f"error: {r['error'][:80]}"] + [""] * 12)
             continue
         rows.append([_label(r["path"]), str(r["c"]), fmt(r["p50"]), fmt(r["p95"]), fmt(r["p99"]),
                      fmt(r.get("added_p50")), fmt(r.get("added_p99")),
                      fmt(r.get("added_minus_portkey_added")), fmt(r.get("added_vs_litellm_added")),
-                     fmt(r.get("rps"), 0), fmt(r.get("x_portkey_rps")), fmt(r.get("proxy_cpu_ms"))])
+                     fmt(r.get("rps"), 0), fmt(r.get("x_portkey_rps")), fmt(r.get("proxy_cpu_ms")),
+                     cal(r.get("added_p50")), cal(r.get("p99")), cal(r.get("proxy_cpu_ms"))])
     out += _table(["path", "c", "p50", "p95", "p99", "added p50", "added p99", "added p50 − Portkey's",
-                   "added ÷ LiteLLM's added (p50)", "req/s", "req/s × Portkey", "proxy CPU ms/request"], rows) + [""]
+                   "added ÷ LiteLLM's added (p50)", "req/s", "req/s × Portkey", "proxy CPU ms/request",
+                   "added p50 ÷ cal", "p99 ÷ cal", "proxy CPU ÷ cal"], rows) + [""]
+    out += _tail(s)
     out += _durable(s, cfg)
 
     if s["tool_turn"]:
@@ -118,23 +143,24 @@ def render(s: dict[str, Any], meta: dict[str, Any], cfg: Config, paths: dict[str
             "~170-byte SSE events, `include_usage` on). TTFB = first body byte. ms.", ""]
     rows = [[_label(r["path"]), str(r["chunks"]), fmt(r["ttfb_p50"]), fmt(r["total_p50"]), fmt(r["total_p99"]),
              fmt(r.get("added_ttfb_p50")), fmt(r.get("added_total_p50")), fmt(r.get("x_direct_total")),
-             fmt(r.get("x_litellm_total"))] for r in s["stream"]]
+             fmt(r.get("x_litellm_total")), cal(r.get("added_total_p50"))] for r in s["stream"]]
     out += _table(["path", "chunks", "TTFB p50", "total p50", "total p99", "added TTFB", "added total",
-                   "× direct (total)", "× LiteLLM (total)"], rows) + [""]
+                   "× direct (total)", "× LiteLLM (total)", "added total ÷ cal"], rows) + [""]
     lo_n, hi_n = cfg.chunk_counts
-    rows = [[_label(r["path"]), fmt(r["slope_us"]), fmt(r.get("relay_us"))] for r in s["stream_slope"]]
+    rows = [[_label(r["path"]), fmt(r["slope_us"]), fmt(r.get("relay_us")), cal(r.get("relay_us"), 0.001)]
+            for r in s["stream_slope"]]
     out += [f"Wall-clock cost per chunk = (total p50 at {hi_n} − at {lo_n}) ÷ {hi_n - lo_n}, µs; relay = path − direct:", ""]
-    out += _table(["path", "µs per chunk", "relay µs per chunk (− direct)"], rows) + [""]
+    out += _table(["path", "µs per chunk", "relay µs per chunk (− direct)", "relay ÷ cal"], rows) + [""]
     if s["relay_cpu"]:
         out += [f"**Relay CPU per chunk** — chunks arrive one by one ({cfg.paced_delay_ms:g} ms apart, "
                 f"{cfg.paced_concurrency} concurrent streams); proxy CPU = a·chunks + b·requests solved from the "
                 f"{lo_n}- and {hi_n}-chunk runs. µs.", ""]
         rows = [[_label(r["path"]), fmt(r["per_chunk_us"]), fmt(r["per_request_us"], 0), fmt(r.get("x_litellm")),
                  fmt(r["events_per_s"], 0), fmt(r["cpu_util_hi"]), fmt(r["proxy_kernel_share"]),
-                 fmt(r["upstream_us_per_chunk"])] for r in s["relay_cpu"]]
+                 fmt(r["upstream_us_per_chunk"]), cal(r["per_chunk_us"], 0.001)] for r in s["relay_cpu"]]
         out += _table(["path", "CPU µs per chunk (a)", "CPU µs per stream (b)", "× LiteLLM (a)",
                        f"chunks/s ({hi_n}-chunk run)", "proxy CPU (cores)", "kernel share of proxy CPU",
-                       "upstream µs per chunk (floor: one write each)"], rows) + [""]
+                       "upstream µs per chunk (floor: one write each)", "a ÷ cal"], rows) + [""]
 
     # throughput
     out += ["## Throughput at saturation", "",
@@ -145,14 +171,15 @@ def render(s: dict[str, Any], meta: dict[str, Any], cfg: Config, paths: dict[str
              fmt(r["proxy_cpu_per_1k"]), fmt(r["upstream_cpu_per_1k"]),
              fmt(r["postgres_cpu_per_1k"]), fmt(r["client_cpu_per_1k"]), fmt(r["other_cpu_per_1k"]),
              fmt(r["proxy_util"]), fmt(r["proxy_kernel_share"]), fmt(r["upstream_conns_per_1k"], 1),
-             fmt(r["pg_conns_per_1k"], 1)]
+             fmt(r["pg_conns_per_1k"], 1), cal(r["proxy_cpu_per_1k"]), cal(r["postgres_cpu_per_1k"])]
             for r in s["throughput"]]
     cs = sorted(cfg.concurrencies)
     out += [f"*rise* = best req/s at c > {cs[0]} ÷ req/s at c={cs[0]}; *hold* = req/s at c={cs[-1]} ÷ that best.", ""]
     out += _table(["path", "req/s", "at c", "rise", "hold", "× Portkey", "× LiteLLM", "× taskgate 1 worker",
                    "proxy CPU s/1k", "upstream CPU s/1k",
                    "PostgreSQL CPU s/1k", "client CPU s/1k", "other CPU s/1k", "proxy CPU (cores)",
-                   "kernel share of proxy CPU", "new upstream conns /1k", "new PG conns /1k"], rows) + [""]
+                   "kernel share of proxy CPU", "new upstream conns /1k", "new PG conns /1k",
+                   "proxy CPU per request ÷ cal", "PostgreSQL CPU per request ÷ cal"], rows) + [""]
 
     # admission
     if s["admission"]:
@@ -161,10 +188,12 @@ def render(s: dict[str, Any], meta: dict[str, Any], cfg: Config, paths: dict[str
                 f"`app.admission.admission.admit` in a separate process, {cfg.admission_concurrency} concurrent, "
                 "no HTTP (one `UPDATE … RETURNING` transaction each).", ""]
         rows = [[_label(r["path"]), r["tasks"], fmt(r["e2e_rps"], 0), fmt(r["admit_rps"], 0), fmt(r["admit_p50_ms"]),
-                 fmt(r["admit_p99_ms"]), fmt(r["admit_client_cpu_per_1k"]), fmt(r["pg_cpu_per_1k"])]
+                 fmt(r["admit_p99_ms"]), fmt(r["admit_client_cpu_per_1k"]), fmt(r["pg_cpu_per_1k"]),
+                 cal(r["admit_client_cpu_per_1k"]), cal(r["pg_cpu_per_1k"])]
                 for r in s["admission"]]
         out += _table(["path", "tasks", "end-to-end req/s", "admit() /s", "admit p50 ms", "admit p99 ms",
-                       "caller CPU s/1k", "PostgreSQL CPU s/1k"], rows) + [""]
+                       "caller CPU s/1k", "PostgreSQL CPU s/1k", "caller CPU per admit ÷ cal",
+                       "PostgreSQL CPU per admit ÷ cal"], rows) + [""]
 
     # history & parsing
     out += ["## Cost as the conversation grows", ""]
@@ -182,9 +211,10 @@ def render(s: dict[str, Any], meta: dict[str, Any], cfg: Config, paths: dict[str
         rows = [[r["format"], str(r["actual_messages"]), f"{r['body_kib']:.0f}", fmt(r["json_loads_us"], 1),
                  fmt(r["parse_us"], 1), fmt(r["conversation_key_us"], 1),
                  f"{r['loads_x_smallest']:.1f}×" if r.get("loads_x_smallest") else "—",
-                 f"{r['parse_x_smallest']:.2f}×" if r.get("parse_x_smallest") else "—"] for r in s["parsing"]]
+                 f"{r['parse_x_smallest']:.2f}×" if r.get("parse_x_smallest") else "—",
+                 cal(r["parse_us"], 0.001)] for r in s["parsing"]]
         out += _table(["format", "messages", "body KiB", "json.loads µs", "parse_request µs", "conversation key µs",
-                       "json.loads vs smallest", "parse_request vs smallest"], rows) + [""]
+                       "json.loads vs smallest", "parse_request vs smallest", "parse_request ÷ cal"], rows) + [""]
 
     # memory
     if s["memory"]:
@@ -204,7 +234,8 @@ def render(s: dict[str, Any], meta: dict[str, Any], cfg: Config, paths: dict[str
     out += ["## Method", "",
             "- Load: `bench/load.py`, a separate process with a bare asyncio HTTP/1.1 client (uvloop, keep-alive, "
             "requests pre-rendered), closed loop: each of c connections sends its next request when the previous "
-            "answer is complete; a warm-up is discarded.",
+            "answer is complete; a warm-up is discarded. The tail table repeats the non-streaming runs with wrk "
+            "(`bench/wrk.py`, a Lua script sending the same bodies and tokens).",
             "- Upstream: `bench/upstream.py`, bare asyncio HTTP server with cached responses; response shape chosen "
             "by model name, so every path gets byte-identical upstream answers.",
             "- CPU: user+system seconds from psutil on the proxy, upstream and PostgreSQL backend pids, read when the "
@@ -212,6 +243,25 @@ def render(s: dict[str, Any], meta: dict[str, Any], cfg: Config, paths: dict[str
             f"- Run with `python -m bench{' --quick' if meta['mode'] == 'quick' else ''}`; raw records are in "
             "`bench/results/latest.json`.", ""]
     return "\n".join(out)
+
+
+def _tail(s: dict[str, Any]) -> list[str]:
+    if not s.get("tail"):
+        return []
+    out = ["### The tail, two load generators", "",
+           "The same non-streaming load from `bench/load.py` (asyncio + uvloop, one Python process) and, right "
+           "after it, from [wrk](https://github.com/wg/wrk) (C, epoll, one thread, latencies in µs): c keep-alive "
+           "connections, closed loop. ms; *p99 ÷ p50* within each run.", ""]
+    rows = []
+    for r in s["tail"]:
+        if r.get("error") and not r.get("p50"):
+            rows.append([_label(r["path"]), str(r["c"]), r["generator"], f"error: {r['error'][:80]}"] + [""] * 8)
+            continue
+        rows.append([_label(r["path"]), str(r["c"]), r["generator"], fmt(r["p50"]), fmt(r["p99"]), fmt(r["p99.9"]),
+                     fmt(r["max"]), fmt(r["p99_over_p50"], 1), fmt(r["rps"], 0), fmt(r["proxy_cpu_ms"]),
+                     cal(r["p99"]), str(r["errors"] or "")])
+    return out + _table(["path", "c", "load generator", "p50", "p99", "p99.9", "max", "p99 ÷ p50", "req/s",
+                         "proxy CPU ms/request", "p99 ÷ cal", "errors"], rows) + [""]
 
 
 def _durable(s: dict[str, Any], cfg: Config) -> list[str]:
@@ -226,10 +276,12 @@ def _durable(s: dict[str, Any], cfg: Config) -> list[str]:
              fmt(r["added_p50_off"]), fmt(r["p99_on"]), fmt(r["p99_off"]), fmt(r["rps_on"], 0), fmt(r["rps_off"], 0),
              fmt(r["rps_on_over_off"]), fmt(r["proxy_cpu_ms_on"]), fmt(r["proxy_cpu_ms_off"]),
              fmt(r["pg_cpu_ms_on"]), fmt(r["pg_cpu_ms_off"]),
-             f"{fmt(r.get('fdatasync_p50_ms'))} / {fmt(r.get('fdatasync_p99_ms'))}"] for r in s["durable"]]
+             f"{fmt(r.get('fdatasync_p50_ms'))} / {fmt(r.get('fdatasync_p99_ms'))}",
+             cal(r["proxy_cpu_ms_on"])] for r in s["durable"]]
     return out + _table(["c", "p50 fsync on", "p50 off", "cost p50", "added p50 on", "added p50 off", "p99 on",
                          "p99 off", "req/s on", "req/s off", "req/s on ÷ off", "proxy CPU on", "proxy CPU off",
-                         "PostgreSQL CPU on", "PostgreSQL CPU off", "fdatasync p50 / p99"], rows) + [""]
+                         "PostgreSQL CPU on", "PostgreSQL CPU off", "fdatasync p50 / p99", "proxy CPU on ÷ cal"],
+                         rows) + [""]
 
 
 README_START = "<!-- bench:performance:start -->"
@@ -248,11 +300,13 @@ def readme_table(s: dict[str, Any], meta: dict[str, Any], cfg: Config) -> str:
 
     m = meta["machine"]
     vers = "; ".join(_versions(meta))
+    cal_ms = (meta.get("calibration") or {}).get("cal_ms")
+    calib = f"CPU calibration (`bench/calibrate.py`): cal = {cal_ms:.3f} ms. " if cal_ms else ""
     out = [f"Run {meta['started']} ({meta['mode']}, {meta.get('repeats_done', 0)} repeats, commit "
            f"`{meta.get('commit', '?')}`) on {m['cpu_model']}, {m['logical_cpus']} logical CPUs, {m['python']}; "
            f"{vers}. Load average at start {m['load_avg_1m_at_start']}; other processes used "
            f"{fmt(s.get('other_load_cores'), spread_shown=False)} cores during the measured windows (median). "
-           "One gateway worker unless stated; client, upstream, gateways and PostgreSQL share the cores. "
+           f"{calib}One gateway worker unless stated; client, upstream, gateways and PostgreSQL share the cores. "
            "Medians over repeats; ratios within a repeat.", ""]
     rows = []
     for c in sorted(cfg.concurrencies):

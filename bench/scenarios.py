@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import httpx
 
+from bench import wrk
 from bench.config import Config
 from bench.driver import LoadError, run_load
 from bench.load import chat_body
@@ -53,13 +54,18 @@ def _closed(path: Path, cfg: Config, *, body: dict[str, Any], concurrency: int, 
 
 def latency(paths: list[Path], cfg: Config, repeat: int) -> list[Record]:
     """Non-streaming chat completions at each concurrency; tokens spread over the
-    1,000 tasks (one agent per task). Also the throughput figure (its best rps)."""
+    1,000 tasks (one agent per task). Also the throughput figure (its best rps).
+    At ``cfg.wrk_concurrencies`` each run is followed by the same load from wrk
+    (``latency_wrk`` records: the tail figure)."""
     out = []
     for c in cfg.concurrencies:
         for p in paths:
             out.append(_record("latency", p, {"c": c}, repeat, lambda p=p, c=c: _closed(
                 p, cfg, body={"kind": "chat", "model": NONSTREAM_MODEL, "stream": False},
                 concurrency=c, duration_s=cfg.duration_s, min_requests=cfg.min_samples)))
+            if cfg.use_wrk and c in cfg.wrk_concurrencies:
+                out.append(_record("latency_wrk", p, {"c": c}, repeat, lambda p=p, c=c: wrk.run(
+                    p.spec(concurrency=c, duration_s=cfg.duration_s), chat_body(NONSTREAM_MODEL, False), p.watch())))
     return out
 
 
@@ -172,7 +178,7 @@ def memory(paths: list[Path], cfg: Config, repeat: int) -> list[Record]:
     open − RSS before) ÷ streams still open when RSS was read. The fresh processes
     start together (LiteLLM takes ~20 s) and each is stopped right after its
     measurement, which also ends its held upstream streams."""
-    targets = [p for p in paths if p.key in ("taskgate_embedded", "bare_relay", "litellm") and p.fresh_proxy is not None]
+    targets = [p for p in paths if p.key in ("taskgate_embedded", "bare_relay", "portkey", "litellm") and p.fresh_proxy is not None]
     started: dict[str, Any] = {}
 
     def start(p: Path) -> None:

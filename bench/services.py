@@ -142,11 +142,13 @@ def start_upstream(log_dir: Path) -> Service:
     return svc
 
 
-def start_gateway(name: str, database_url: str, upstream: Service, log_dir: Path, workers: int = 1) -> Service:
+def start_gateway(name: str, database_url: str, upstream: Service, log_dir: Path, workers: int = 1, *,
+                  module: str = "app.cli", extra_env: dict[str, str] | None = None) -> Service:
     """``python -m app.cli serve --workers N`` on ``database_url`` (migrated on
     start), relaying to ``upstream``; settings are the defaults except those a
     benchmark needs, and the statement cache the embedded database gets by default
-    (every bench database is a direct connection, not PgBouncer)."""
+    (every bench database is a direct connection, not PgBouncer). ``module``
+    replaces ``app.cli`` (:mod:`bench.tail_probe`); ``extra_env`` adds settings."""
     port = free_port()
     env = child_env(
         TASKGATE_DATABASE_URL=database_url,
@@ -157,8 +159,9 @@ def start_gateway(name: str, database_url: str, upstream: Service, log_dir: Path
         TASKGATE_DEFAULT_REQUEST_LIMIT=str(10**12),
         TASKGATE_DATABASE_STATEMENT_CACHE_SIZE="100",
         TASKGATE_DATA_DIR=str(log_dir / f"{name}-data"),
+        **(extra_env or {}),
     )
-    cmd = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--log-level", "warning",
+    cmd = [sys.executable, "-m", module, "serve", "--port", str(port), "--log-level", "warning",
            "--workers", str(workers)]
     svc = spawn(name, cmd, port, log_dir, env)
     wait_http(svc, "/readyz", 60)

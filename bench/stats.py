@@ -22,14 +22,15 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
 
 
 def summarize(values: Iterable[float]) -> dict[str, float]:
-    """``n``, ``mean``, ``min``, ``p50``, ``p95``, ``p99``, ``max`` of ``values``
-    (in whatever unit they are)."""
+    """``n``, ``mean``, ``min``, ``p50``, ``p95``, ``p99``, ``p99.9``, ``max`` of
+    ``values`` (in whatever unit they are)."""
     v = sorted(values)
     if not v:
         return {"n": 0}
     return {
         "n": len(v), "mean": sum(v) / len(v), "min": v[0],
-        "p50": percentile(v, 50), "p95": percentile(v, 95), "p99": percentile(v, 99), "max": v[-1],
+        "p50": percentile(v, 50), "p95": percentile(v, 95), "p99": percentile(v, 99),
+        "p99.9": percentile(v, 99.9), "max": v[-1],
     }
 
 

@@ -179,7 +179,7 @@ class Suite:
 
     def _setup_portkey(self, upstream: Service) -> None:
         p = self.paths["portkey"]
-        p.figures = frozenset({"latency"})
+        p.figures = frozenset({"latency", "stream", "relay_cpu", "memory"})
         if not self.cfg.use_portkey:
             p.unavailable = "skipped (--no-portkey)"
             return
@@ -192,6 +192,7 @@ class Suite:
         if svc is None:
             return
         self.info["versions"]["portkey"] = how
+        p.fresh_proxy = lambda: portkey.start(node, self.tmp, "portkey-fresh")
         p.headers = portkey.headers(upstream)
         p.notes.append(portkey.STREAMS_NOTE)
         log(f"portkey on :{svc.port} ({how})")

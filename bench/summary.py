@@ -24,8 +24,9 @@ def summarize(records: Records, cfg: Config, paths: dict[str, dict[str, Any]]) -
     avail = [k for k in ORDER if paths.get(k, {}).get("available")]
     s: dict[str, Any] = {"latency": [], "tool_turn": [], "stream": [], "stream_slope": [], "relay_cpu": [],
                          "throughput": [], "admission": [], "history": [], "history_slope": [],
-                         "parsing": [], "memory": [], "durable": []}
+                         "parsing": [], "memory": [], "durable": [], "tail": []}
     _latency(ix, avail, cfg, s)
+    _tail(ix, avail, cfg, s)
     _tool_turn(ix, avail, cfg, s)
     _throughput(ix, avail, cfg, s)
     _admission(ix, avail, cfg, s)
@@ -70,6 +71,31 @@ def _latency(ix: Index, avail: list[str], cfg: Config, s: dict[str, Any]) -> Non
             row["proxy_cpu_ms"] = agg(ix.series("latency", p, lambda r: per_1k(r, "cpu_s", "proxy"), c=c).values())
             row["errors"] = sum(sum(res.get("errors", {}).values()) for res in ix.results("latency", p, c=c).values())
             s["latency"].append(row)
+
+
+def _tail(ix: Index, avail: list[str], cfg: Config, s: dict[str, Any]) -> None:
+    """The non-streaming tail from both load generators at the wrk concurrencies:
+    p50, p99, p99.9, max, req/s and p99 ÷ p50 (within each run)."""
+    if not cfg.use_wrk:
+        return
+    for c in cfg.wrk_concurrencies:
+        for p in avail:
+            for gen, fig in (("bench/load.py", "latency"), ("wrk", "latency_wrk")):
+                if not ix.has(fig, p):
+                    continue
+                row: dict[str, Any] = {"path": p, "c": c, "generator": gen, "error": ix.error(fig, p, c=c)}
+                for q in ("p50", "p95", "p99", "p99.9", "max"):
+                    row[q] = agg(ix.series(fig, p, lambda r, q=q: pct(r, "latency_ms", q), c=c).values())
+                row["p99_over_p50"] = agg(ix.series(fig, p, lambda r: _ratio(pct(r, "latency_ms", "p99"),
+                                                                                pct(r, "latency_ms", "p50")), c=c).values())
+                row["rps"] = agg(ix.series(fig, p, rate, c=c).values())
+                row["proxy_cpu_ms"] = agg(ix.series(fig, p, lambda r: per_1k(r, "cpu_s", "proxy"), c=c).values())
+                row["errors"] = sum(sum(res.get("errors", {}).values()) for res in ix.results(fig, p, c=c).values())
+                s["tail"].append(row)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if finite(a) and finite(b) and b else None
 
 
 def _tool_turn(ix: Index, avail: list[str], cfg: Config, s: dict[str, Any]) -> None:
