@@ -92,7 +92,8 @@ def parse(stdout: str) -> dict[str, Any]:
         raise RuntimeError(f"wrk printed no result: {stdout[-800:]}")
     wall = raw["duration_us"] / 1e6
     n = int(raw["requests"])
-    lat = {k: v / 1000.0 for k, v in raw["latency_us"].items()}
+    # no request finished in the window: wrk's statistics are zeros, not latencies
+    lat = {k: v / 1000.0 for k, v in raw["latency_us"].items()} if n else {}
     lat["n"] = n
     errors = {k: int(v) for k, v in raw["errors"].items() if v}
     return {"n": n, "completed": n, "errors": errors, "wall_s": wall, "rps": n / wall if wall > 0 else 0.0,
