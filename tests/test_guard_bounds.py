@@ -1,6 +1,13 @@
 """The guard's work is bounded and off the event loop (issue 21, items 1 and 2), with
 real gateway processes: a 24 MiB tool result on one task, or a catastrophic-backtracking
-pattern of another task, leaves a third task's requests answered as before."""
+pattern of another task, leaves a third task's requests answered as before.
+
+What is measured is the gateway's own event loop (``taskgate_event_loop_stall_seconds``,
+:mod:`app.console.loop_lag`): no wake-up of its loop probe more than 100 ms late, less
+the time its threads waited for a CPU meanwhile, while the large work runs. That
+excludes the machine's load, so the bound holds at any load average; the client's p99
+beside it (printed, and bounded loosely against a baseline of the same run) did not: it
+failed at load average 10 and above, CPU contention rather than the loop."""
 
 from __future__ import annotations
 
@@ -28,6 +35,19 @@ def quiet_gateway(database_url):
     """A gateway whose upstream runs in its own process (tests/latency_probe.py)."""
     with upstream_process() as url, GatewayProcess(database_url, url) as gw:
         yield gw
+
+
+def _loop_busy(gateway) -> tuple[int, int]:
+    """The gateway's loop probe so far: (wake-ups, wake-ups stalled more than 100 ms),
+    from ``/metrics``."""
+    text = httpx.get(gateway.url + "/metrics", timeout=30).text
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("taskgate_event_loop_stall_seconds_"):
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+    count = int(values["taskgate_event_loop_stall_seconds_count"])
+    return count, count - int(values['taskgate_event_loop_stall_seconds_bucket{le="0.1"}'])
 
 
 def _p99(samples: list[float]) -> float:
@@ -58,16 +78,20 @@ def _tool_turn(gateway, token: str, result: str, call_id: str = "call_big") -> C
     return lambda: client.chat.completions.create(model="mock-model", messages=messages, tools=TOOLS_CHAT)
 
 
-def test_a_24_mib_tool_result_leaves_other_tasks_p99_within_100_ms(quiet_gateway):
+def test_a_24_mib_tool_result_never_holds_the_event_loop_for_100_ms(quiet_gateway):
     gateway, admin = quiet_gateway, Admin(quiet_gateway.url)
     _, other = admin.create_task(request_limit=100_000)
     big_id, big = admin.create_task()
     baseline = _latencies(gateway, other)
+    ticks, stalls = _loop_busy(gateway)
     during = _latencies(gateway, other, _tool_turn(gateway, big, BIG))
-    extra = _p99(during) - _p99(baseline)
+    ticks_after, stalls_after = _loop_busy(gateway)
     print(f"p99 baseline {_p99(baseline) * 1000:.1f} ms, during the 24 MiB result {_p99(during) * 1000:.1f} ms "
-          f"({len(during)} probes)")
-    assert extra < 0.100, (extra, sorted(during)[-5:])
+          f"({len(during)} probes); loop: {ticks_after - ticks} wake-ups, {stalls_after - stalls} stalled "
+          f"more than 100 ms")
+    assert ticks_after - ticks > 10  # the probe ran while the result was handled
+    assert stalls_after - stalls == 0
+    assert _p99(during) - _p99(baseline) < 1.0, sorted(during)[-5:]  # loose: the client side under load
     assert admin.task(big_id)["admitted_requests"] == 1
 
 
@@ -99,12 +123,13 @@ def test_operator_settings_without_a_linear_time_match_are_a_start_up_error(fiel
 
 def test_catastrophic_backtracking_pattern_is_harmless(quiet_gateway):
     """``(a+)+$`` per task (accepted: RE2 has no backtracking); results built to make
-    a backtracking engine take hours leave another task's p99 within 100 ms."""
+    a backtracking engine take hours never hold the gateway's loop for 100 ms."""
     gateway, admin = quiet_gateway, Admin(quiet_gateway.url)
     _, other = admin.create_task(request_limit=100_000)
     evil_id, evil = admin.create_task(loop_guard={"result_normalizers": ["(a+)+$"], "cycle_repeats": 1000,
                                                   "identical_streak": 1000})  # the turns repeat on purpose
     baseline = _latencies(gateway, other)
+    ticks, stalls = _loop_busy(gateway)
 
     def attack() -> None:  # for as long as the probes run
         for i in range(24):
@@ -113,8 +138,11 @@ def test_catastrophic_backtracking_pattern_is_harmless(quiet_gateway):
             # so no loop rule stops the attacker before the probes end
             _tool_turn(gateway, evil, "a" * n + f"!{i}", call_id=f"call_{i}")()
     during = _latencies(gateway, other, attack)
+    ticks_after, stalls_after = _loop_busy(gateway)
     print(f"p99 baseline {_p99(baseline) * 1000:.1f} ms, during the (a+)+$ results {_p99(during) * 1000:.1f} ms "
-          f"({len(during)} probes)")
-    assert _p99(during) - _p99(baseline) < 0.100, sorted(during)[-5:]
+          f"({len(during)} probes); loop: {ticks_after - ticks} wake-ups, {stalls_after - stalls} stalled "
+          f"more than 100 ms")
+    assert ticks_after - ticks > 10 and stalls_after - stalls == 0
+    assert _p99(during) - _p99(baseline) < 1.0, sorted(during)[-5:]  # loose: the client side under load
     assert admin.task(evil_id)["admitted_requests"] == 24
     assert httpx.get(gateway.url + "/healthz", timeout=5).status_code == 200

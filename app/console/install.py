@@ -9,7 +9,7 @@ from starlette.responses import FileResponse
 from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
 
-from app.console import listeners, metrics, request_log, tracing, webhook
+from app.console import listeners, loop_lag, metrics, request_log, tracing, webhook
 from app.console.docs import install_docs
 from app.console.ui_headers import SecureHeaders
 
@@ -43,6 +43,7 @@ async def started(app: FastAPI) -> None:
     webhook.start(app.state.settings, app.state.db)
     app.state.request_log = request_log.Writer(app.state.db, app.state.settings.request_log_retention_s)
     app.state.request_log.start()
+    loop_lag.start()
 
 
 async def stopping(app: FastAPI) -> None:
@@ -51,5 +52,6 @@ async def stopping(app: FastAPI) -> None:
     if writer is not None:
         await writer.stop()
     await webhook.stop()
+    await loop_lag.stop()
     metrics.process_exit()
     tracing.shutdown()
