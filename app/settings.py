@@ -161,12 +161,14 @@ class Settings(BaseSettings):
         "0: refuse at once.",
     )
 
-    # --- fleet budgets: the clock of budget windows -------------------------------
+    # --- fleet budgets: the clock of budget windows, escrow leases ----------------
     clock_offset_s: float = Field(
         default=0.0, allow_inf_nan=False,
         description="Seconds added to the system clock when reading budget windows (day, week, month); "
         "0 in production. Tests and drills move a gateway into the next window with it.",
     )
+    budget_lease_s: float = Field(60.0, gt=0, allow_inf_nan=False, description="Seconds an escrow lease lives.")
+    budget_lease_requests: int = Field(default=32, ge=1, description="Most requests one escrow lease take grants.")
 
     # --- requests ---------------------------------------------------------------
     max_body_bytes: int = Field(

@@ -136,6 +136,42 @@ def test_three_gateways_admit_exactly_the_budgets_request_limit_over_200_tasks(g
         assert "Traceback" not in gw.output() and "prepared statement" not in gw.output()
 
 
+def test_nested_request_limits_on_escrow_leases_admit_exactly_the_team_limit(gateways, budget_upstream,
+                                                                               database_url) -> None:
+    api = _admin(gateways[2])
+    team = _budget(api, request_limit=300)
+    project = _budget(api, parent=team, request_limit=200)
+    in_project = [_task(api, budget=project, request_limit=1000)[1] for _ in range(50)]
+    in_team = [_task(api, budget=team, request_limit=1000)[1] for _ in range(50)]
+    jobs = [(gw.url, (in_project if i % 2 else in_team)[(g * 7 + i) % 50]) for g, gw in enumerate(gateways)
+            for i in range(300)]
+    responses = asyncio.run(_storm(jobs))
+    counts: dict[int, int] = {}
+    for r in responses:
+        counts[r.status_code] = counts.get(r.status_code, 0) + 1
+    assert counts == {200: 300, 403: 600}, (counts, [gw.output()[-2000:] for gw in gateways])
+    assert len([r for r in budget_upstream.requests if r.method == "POST"]) == 300
+    team_now = api.get(f"/admin/budgets/{team}").json()["current"]
+    project_now = api.get(f"/admin/budgets/{project}").json()["current"]
+    assert team_now["admitted_requests"] == 300 and project_now["admitted_requests"] <= 200
+    tasks = api.get("/admin/tasks", params={"budget": project, "limit": 1000}).json()["data"]
+    assert sum(t["admitted_requests"] for t in tasks) == project_now["admitted_requests"]
+    leases = asyncio.run(_leases(database_url, team))
+    assert leases >= 3  # leases of each gateway's slots paid for the requests
+
+
+async def _leases(database_url: str, budget_id: str) -> int:
+    import asyncpg
+
+    from app.db.pool import asyncpg_dsn
+    conn = await asyncpg.connect(asyncpg_dsn(database_url))
+    try:
+        return await conn.fetchval("SELECT count(DISTINCT split_part(holder, ':', 2)) FROM budget_leases"
+                                   " WHERE budget_id = $1", budget_id)
+    finally:
+        await conn.close()
+
+
 def test_nested_dollar_ceilings_settle_within_each_ceiling(gateways, budget_upstream) -> None:
     api = _admin(gateways[1])
     team = _budget(api, cost_limit_usd=1.5)

@@ -71,7 +71,9 @@ class WindowSpend(BaseModel):
     window_start: datetime
     window_end: datetime | None = Field(None, description="Exclusive end; null for the lifetime window.")
     resets_at: datetime | None = Field(None, description="When the next window opens (window_end).")
-    admitted_requests: int = 0
+    admitted_requests: int = Field(0, description="Requests admitted (also those spent on escrow leases).")
+    leased_requests: int = Field(0, description="Requests granted to its tasks' escrow leases and not spent yet: "
+                                 "reclaimed when the window runs short, folded back when a lease expires.")
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0

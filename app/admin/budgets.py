@@ -23,7 +23,7 @@ from app.admin.errors import AdminError, responses
 from app.admin.routes import _require_admin
 from app.admission.tokens import token_hash
 from app.budgets import keys as budget_keys
-from app.budgets import windows
+from app.budgets import escrow, windows
 from app.db.pool import durable
 
 router = APIRouter(prefix="/admin", tags=["budgets"], dependencies=[Depends(_require_admin)])
@@ -38,10 +38,10 @@ _INSERT = ("INSERT INTO budgets (id, parent_id, depth, request_limit, token_limi
 _GET = "SELECT * FROM budgets WHERE id = $1"
 _LIST = ("SELECT * FROM budgets WHERE ($1::text IS NULL OR parent_id = $1) AND ($2::text IS NULL OR id > $2)"
          " ORDER BY id LIMIT $3")
-_CURRENT = ("SELECT w.* FROM budget_windows w JOIN unnest($1::text[], $2::timestamptz[]) AS k(b, s)"
-            " ON w.budget_id = k.b AND w.window_start = k.s")
-_HISTORY = ("SELECT * FROM budget_windows WHERE budget_id = $1 AND window_start < $2"
-            " ORDER BY window_start DESC LIMIT 12")
+_CURRENT = (f"SELECT w.*, {escrow.LEASE_SPENT} AS lease_spent FROM budget_windows w"
+            " JOIN unnest($1::text[], $2::timestamptz[]) AS k(b, s) ON w.budget_id = k.b AND w.window_start = k.s")
+_HISTORY = (f"SELECT w.*, {escrow.LEASE_SPENT} AS lease_spent FROM budget_windows w"
+            " WHERE budget_id = $1 AND window_start < $2 ORDER BY window_start DESC LIMIT 12")
 _TASKS = "SELECT count(*) FROM tasks WHERE budget_id = $1"
 _CHILDREN = "SELECT id FROM budgets WHERE parent_id = $1 ORDER BY id LIMIT 1000"
 _PATCHABLE = ("request_limit", "token_limit", "cost_limit_usd", "metadata")
@@ -64,6 +64,9 @@ def _spend(row: Any, start: datetime, end: datetime | None) -> schemas.WindowSpe
     if row is None:
         return schemas.WindowSpend(window_start=start, window_end=end, resets_at=end)
     d = dict(row)
+    spent = d.pop("lease_spent", 0)  # admitted on escrow leases, not folded into the window yet
+    d["admitted_requests"] += spent
+    d["leased_requests"] -= spent
     d["total_tokens"] = d["input_tokens"] + d["output_tokens"]
     d["resets_at"] = d["window_end"]
     return schemas.WindowSpend.model_validate(d)

@@ -27,9 +27,13 @@ Every admitted POST runs one PostgreSQL transaction that holds the task's row lo
   (:func:`app.guard.conversation_rules.conversation_breach`); a task with a conversation
   request or duration ceiling never takes the fast path (its ``WHERE`` requires none).
 
-A task with a ``budget_id`` never takes the fast path: once its own checks pass, the
-request is reserved against its budget chain in the same transaction
-(:func:`app.budgets.ledger.reserve`); an exhausted budget refuses with 403
+A task with a ``budget_id`` and no dollar ceiling in its chain has its own fast path: one
+statement counts it and spends one request from this process's escrow lease of each of
+its budgets (:func:`app.budgets.ledger.fast_admit`). Otherwise, once its own checks pass,
+the request is reserved against its budget chain in the locked transaction
+(:func:`app.budgets.ledger.reserve`); when a lease cannot pay, the transaction rolls
+back, the gateway takes a slice (:func:`app.budgets.ledger.take`) and admits again. An
+exhausted budget refuses with 403
 ``budget_exhausted`` (rolled back: not counted, no latch), a budget whose dollars are
 held by requests in flight holds the request like the task's own ceiling (it polls, then
 429 ``cost_reserved`` naming the budget).
@@ -219,23 +223,53 @@ async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guar
             async with pool.acquire() as conn:
                 global_ceiling = (settings.conversation_request_limit is not None
                                   or settings.conversation_max_duration_s is not None)
-                if guard is None and not global_ceiling and task_id is None:
+                fast = guard is None and not global_ceiling
+                hint = budget_ledger.budgeted(task_id or token_hash)  # None: not seen yet
+                if fast and task_id is None and hint is False:
                     row = await conn.fetchrow(FAST_ADMIT, token_hash)  # its own transaction
                     if row is not None:
                         task = Task.from_row(row)
                         return Admitted(task, Policy(task, settings))
                 key = guard.conversation_key if guard is not None else conversation_key
-                try:
-                    return await _admit_locked(conn, token_hash, settings, guard, charge or Charge(None), key,
-                                               request_id, task_id)
-                except _Exhausted as exhausted:
-                    await _announce(conn, exhausted)
-                    raise exhausted.refusal from None
+                with budget_ledger.lease_slot() as holder:
+                    if fast and hint is not False:  # one statement; a budget's escrow lease pays
+                        leased = await budget_ledger.fast_admit(conn, holder, windows.now(settings.clock_offset_s),
+                                                                token_hash, task_id)
+                        if leased is not None:
+                            task = Task.from_row(leased[0])
+                            return Admitted(task, Policy(task, settings), budget_windows=leased[1])
+                    admitted = await _admit_leased(conn, holder, token_hash, settings, guard, charge or Charge(None),
+                                                   key, request_id, task_id)
+                    budget_ledger.remember(task_id or token_hash, [k[0] for k in admitted.budget_windows])
+                    return admitted
     finally:
         events.ADMISSION_DONE.emit(events.AdmissionDone(time.perf_counter() - started))
 
 
-async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Settings,
+async def _admit_leased(conn: asyncpg.Connection, holder: str, token_hash: str, settings: Settings,
+                        guard: GuardRequest | None, charge: Charge, conversation_key: str,
+                        request_id: str | None, task_id: str | None) -> Admitted:
+    """:func:`_admit_locked`, again after a budget lease take when the holder's lease
+    could not pay; an exhausted budget refuses (announced once per window)."""
+    while True:
+        try:
+            return await _admit_locked(conn, holder, token_hash, settings, guard, charge,
+                                       conversation_key, request_id, task_id)
+        except budget_ledger.NeedsLease as need:  # rolled back: take a slice, admit again
+            taken = await budget_ledger.take(conn, need, settings.budget_lease_s,
+                                             settings.budget_lease_requests)
+            if taken.verdict.decision is ceiling.Decision.ADMIT:
+                continue
+            assert taken.refused is not None
+            exhausted = _Exhausted(budget_exhausted(need.task_id, taken.verdict), taken.refused,
+                                   taken.verdict)
+        except _Exhausted as refused:
+            exhausted = refused
+        await _announce(conn, exhausted)
+        raise exhausted.refusal from None
+
+
+async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, settings: Settings,
                         guard: GuardRequest | None, charge: Charge, conversation_key: str,
                         request_id: str | None, task_id: str | None) -> Admitted:
     if task_id is None and guard is not None and agent_turn.may_take(token_hash, settings):
@@ -264,14 +298,14 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
             anchor = await anchor_rows.anchor(conn, task.id, conversation_key)
             if anchor is not None and not charge.history_known:
                 raise _NeedsHistory()  # rolls back: nothing written yet
-            reservation = charge.reservation_usd(task, anchor)
+            reservation = charge.reservation_usd(task, anchor, metered)
         if active and ceiling.task_decision(task, reservation) is ceiling.Decision.HOLD:
             raise _Held(task, policy, reservation)  # rolls back: nothing written, the lock released
         refusal, verdict = await _judge(conn, task, policy, guard, conversation_key, reservation, request_id)
         if refusal is None:
             keys: tuple[budget_ledger.WindowKey, ...] = ()
             if budgets:
-                reserved = await budget_ledger.reserve(conn, budgets, reservation,
+                reserved = await budget_ledger.reserve(conn, holder, task.id, budgets, reservation,
                                                        windows.now(settings.clock_offset_s))
                 if reserved.verdict.decision is ceiling.Decision.HOLD:
                     raise _Held(task, policy, reservation, reserved.verdict)  # rolls back
@@ -283,8 +317,8 @@ async def _admit_locked(conn: asyncpg.Connection, token_hash: str, settings: Set
             admitted = Task.from_row(await conn.fetchrow(_COUNT, task.id, reservation))
             held = await reservations.hold(conn, task.id, reservation, reservations.deadline_s(policy),
                                            keys) if reservation else None
-            return Admitted(admitted, Policy(admitted, settings), verdict, reservation, charge.added_output_max(task),
-                            held, keys)
+            return Admitted(admitted, Policy(admitted, settings), verdict, reservation,
+                            charge.added_output_max(task, metered), held, keys)
         log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))
     await _refuse(conn, task, refusal)
 

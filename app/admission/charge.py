@@ -74,33 +74,38 @@ class Charge:
             self._history = history_of(self.payload or {}) if self.path in OUTPUT_MAX_FIELD else None
         return self._history  # type: ignore[return-value]
 
-    def unpriced(self, task: Task | None = None) -> str | None:
+    def unpriced(self, task: Task | None = None, metered: bool | None = None) -> str | None:
         """Why the request cannot be reserved (:data:`PRICE_UNKNOWN`,
-        :data:`OUTPUT_UNBOUNDED`), or ``None`` when it can."""
+        :data:`OUTPUT_UNBOUNDED`), or ``None`` when it can (``metered``: as for
+        :meth:`added_output_max`)."""
         if self.route is None or self.route.price is None:
             return PRICE_UNKNOWN
-        if self._output_bound(task) is None:
+        if self._output_bound(task, metered) is None:
             return OUTPUT_UNBOUNDED
         return None
 
-    def added_output_max(self, task: Task | None) -> tuple[str, int] | None:
-        """The output maximum taskgate adds to the forwarded request of a task with a
-        dollar ceiling, as ``(field, tokens)``: only when the request sets none of its own,
-        the task's ``default_max_output_tokens``, else the model's
+    def added_output_max(self, task: Task | None, metered: bool | None = None) -> tuple[str, int] | None:
+        """The output maximum taskgate adds to the forwarded request of a task under a
+        dollar ceiling (``metered``: its own or a budget's; default: the task has a
+        ``cost_limit_usd``), as ``(field, tokens)``: only when the request sets none of
+        its own, the task's ``default_max_output_tokens``, else the model's
         ``default_max_output_tokens`` (TASKGATE_CONFIG); ``None``: nothing added."""
-        if task is None or task.cost_limit_usd is None or self.embeddings or self.route is None:
+        if metered is None:
+            metered = task is not None and task.cost_limit_usd is not None
+        if task is None or not metered or self.embeddings or self.route is None:
             return None
         if own_output_max(self.payload or {}) is not None or self.path not in OUTPUT_MAX_FIELD:
             return None
         default = task.default_max_output_tokens or self.route.default_max_output_tokens
         return None if default is None else (OUTPUT_MAX_FIELD[self.path], default)
 
-    def reservation_usd(self, task: Task | None = None, anchor: Anchor | None = None) -> Decimal:
+    def reservation_usd(self, task: Task | None = None, anchor: Anchor | None = None,
+                        metered: bool | None = None) -> Decimal:
         """The worst-case cost (:mod:`app.admission.cost`): the smaller of the byte bound
         and the ``anchor``'s bound (:mod:`app.admission.anchor`) for the input; call only
-        when :meth:`unpriced` is ``None``."""
+        when :meth:`unpriced` is ``None`` (``metered``: as for :meth:`added_output_max`)."""
         assert self.route is not None and self.route.price is not None
-        output = self._output_bound(task)
+        output = self._output_bound(task, metered)
         assert output is not None
         return reservation_usd(self.route.price, self.input_bound(anchor), output,
                                one_hour=one_hour_cache(self.body, self.payload))
@@ -113,9 +118,9 @@ class Charge:
                                                                 MEDIA_PART_TOKENS)
         return bound if anchored is None else min(bound, anchored)
 
-    def _output_bound(self, task: Task | None) -> int | None:
+    def _output_bound(self, task: Task | None, metered: bool | None = None) -> int | None:
         assert self.route is not None
-        added = self.added_output_max(task)
+        added = self.added_output_max(task, metered)
         return output_token_bound(self.payload or {}, self.route.max_output_tokens, embeddings=self.embeddings,
                                   default_max=None if added is None else added[1])
 
@@ -150,7 +155,7 @@ def charge_refusal(task: Task, charge: Charge, *, metered: bool | None = None) -
                             f"{allowed}). Nothing was forwarded or counted.", {"x-should-retry": "false"})
     if metered is None:
         metered = task.cost_limit_usd is not None
-    unpriced = charge.unpriced(task) if metered else None
+    unpriced = charge.unpriced(task, metered) if metered else None
     if unpriced is not None:
         if unpriced == OUTPUT_UNBOUNDED:
             fix = ("set max_tokens (max_completion_tokens, max_output_tokens) in the request, "

@@ -37,6 +37,7 @@ from functools import lru_cache
 import asyncpg
 import psutil
 
+from app.budgets import escrow
 from app.db.errors import database_unreachable
 from app.fault_log import faults
 from app.guard.policy import Policy
@@ -59,6 +60,19 @@ _OVERDUE = (
     " WHERE (deadline_at < now() OR $2::text IS NOT NULL) AND ($2::text IS NULL OR task_id = $2)"
     " ORDER BY deadline_at LIMIT $1"
 )
+#: Before releasing, the rows it updates are locked in the order every admission locks
+#: them (its task row, then its budget windows root first), so a release never waits on
+#: an admission that waits on it.
+_LOCK_TASKS = ("SELECT 1 FROM tasks WHERE id IN (SELECT task_id FROM reservations WHERE id = ANY($1::bigint[]))"
+               " ORDER BY id FOR UPDATE")
+_LOCK_WINDOWS = """
+    SELECT 1 FROM budget_windows w JOIN budgets b ON b.id = w.budget_id
+     WHERE (w.budget_id, w.window_start) IN (
+           SELECT k.budget_id, k.window_start FROM reservations r,
+                  unnest(r.budget_ids, r.budget_window_starts) AS k(budget_id, window_start)
+            WHERE r.id = ANY($1::bigint[]))
+     ORDER BY b.depth, w.budget_id, w.window_start FOR UPDATE OF w
+"""
 _RELEASE = """
 WITH gone AS (
     DELETE FROM reservations WHERE id = ANY($1::bigint[])
@@ -165,7 +179,10 @@ async def _release(pool: asyncpg.Pool, task_id: str | None, reason: str) -> Rele
         ids = releasable(rows, this_process().host, started_at, by_hand=task_id is not None)
         if not ids:
             return Released()
-        done = await conn.fetch(_RELEASE, ids, reason)
+        async with conn.transaction():  # the admission's lock order: tasks, then windows root first
+            await conn.execute(_LOCK_TASKS, ids)
+            await conn.execute(_LOCK_WINDOWS, ids)
+            done = await conn.fetch(_RELEASE, ids, reason)
     released = Released(sum(r["n"] for r in done), sum((r["usd"] for r in done), Decimal(0)))
     for r in done:
         logger.warning("released %d stranded reservation(s) of task %s ($%s): %s",
@@ -190,6 +207,7 @@ async def sweep_forever(pool: asyncpg.Pool, settings: Settings) -> None:
         await asyncio.sleep(settings.reservation_sweep_s)
         try:
             await sweep(pool)
+            await escrow.sweep(pool)  # budget leases past their expiry go back to their windows
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a sweep that fails waits for the next

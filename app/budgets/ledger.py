@@ -1,16 +1,20 @@
 """Budgets in the admission transaction and at settlement (PostgreSQL).
 
 **Reserve** (:func:`reserve`, inside a task's admission transaction, after the task's own
-checks passed and while its row lock is held): the task's budget chain is read
-(:func:`chain`, root first), then each budget's current window row is created if missing
-and locked in that order (``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``: one round
-trip per budget); the chain is decided (:mod:`app.budgets.rules`), and when it admits
-one statement adds the request and its worst-case dollars to every window. Every
-admission locks its chain root first, so two admissions never wait on each other in a
-circle, and PostgreSQL serialises the windows' counters: N gateways never admit past
-any budget's limit. This is the simple exact design: a budget's window row is locked
-once per admitted request of any of its tasks, for the rest of that transaction (a few
-milliseconds), so one budget admits one request at a time (see docs/budgets.md).
+checks passed and while its row lock is held), two ways:
+
+- a chain **without a dollar ceiling** spends one request from the task's escrow lease
+  of each window (:mod:`app.budgets.escrow`): no window row is locked. When a lease
+  cannot pay, :class:`NeedsLease` rolls the admission back and the caller takes a lease
+  (:func:`take`, its own short transaction) and admits again;
+- a chain **with a dollar ceiling** locks each budget's current window (created if
+  missing; root first, ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``), decides
+  (:mod:`app.budgets.rules`, counting leased requests as admitted and reclaiming them
+  when the window is short) and, when it admits, one statement adds the request and its
+  worst-case dollars to every window: exact, one request at a time per budget.
+
+Every admission locks its chain root first, so two admissions never wait on each other
+in a circle, and N gateways never admit past any budget's limit (docs/budgets.md).
 
 **Settle** (:func:`settle`, after the exchange, before the task's; one row per statement): the
 tokens upstream reported and the dollars settled go into the windows the request was
@@ -31,24 +35,17 @@ from typing import Any
 
 import asyncpg
 
-from app.budgets import windows
 from app.admission.ceiling import Decision
-from app.budgets.rules import Verdict, chain_verdict, window_verdict
+from app.budgets import escrow, windows
+from app.budgets.escrow import NeedsLease, WindowKey
+from app.budgets.escrow import budgeted, fast_admit, remember
+from app.budgets.escrow import slot as lease_slot
+from app.budgets.rules import Verdict
 
-#: A budget's window: ``(budget_id, window_start)``.
-WindowKey = tuple[str, datetime]
+__all__ = ["NeedsLease", "Reserved", "WindowKey", "budgeted", "chain", "fast_admit", "lease_slot", "mark_exhausted",
+           "needs_dollars", "remember", "reserve", "settle", "take"]
 
-_CHAIN = """
-    WITH RECURSIVE up AS (
-        SELECT * FROM budgets WHERE id = $1
-        UNION ALL
-        SELECT b.* FROM budgets b JOIN up ON b.id = up.parent_id
-    ) SELECT * FROM up ORDER BY depth
-"""
-_LOCK_WINDOW = (
-    "INSERT INTO budget_windows (budget_id, window_start, window_end) VALUES ($1, $2, $3)"
-    " ON CONFLICT (budget_id, window_start) DO UPDATE SET window_end = EXCLUDED.window_end RETURNING *"
-)
+_CHAIN = escrow.CHAIN
 _RESERVE = (
     "UPDATE budget_windows w SET admitted_requests = w.admitted_requests + 1,"
     " reserved_usd = w.reserved_usd + $3"
@@ -91,22 +88,32 @@ def needs_dollars(budgets: Sequence[Any]) -> bool:
     return any(b["cost_limit_usd"] is not None for b in budgets)
 
 
-async def reserve(conn: asyncpg.Connection, budgets: Sequence[dict[str, Any]], worst_usd: Decimal,
-                  at: datetime) -> Reserved:
-    """Lock the chain's current windows (root first) and decide; when admitted, count
-    the request and reserve ``worst_usd`` in each. Call inside the admission
-    transaction; a refusal must roll it back (nothing was written but the window rows)."""
-    verdicts, keys = [], []
-    for budget in budgets:
-        span = windows.span(budget["window"], budget["timezone"], at)
-        row = await conn.fetchrow(_LOCK_WINDOW, budget["id"], span.start, span.end)
-        verdicts.append(window_verdict(budget, row, worst_usd))
-        keys.append((budget["id"], span.start))
-    verdict = chain_verdict(verdicts)
+async def reserve(conn: asyncpg.Connection, holder: str, task_id: str, budgets: Sequence[dict[str, Any]],
+                  worst_usd: Decimal, at: datetime) -> Reserved:
+    """Count the request of ``task_id`` in the current window of every budget of its
+    chain (``budgets``, root first), reserving ``worst_usd`` where a dollar ceiling
+    applies; or the verdict that refuses (held, exhausted). Call inside the admission
+    transaction, with a lease ``holder`` checked out (:func:`lease_slot`); a refusal
+    must roll it back. Raises :class:`NeedsLease` when the holder's escrow leases cannot
+    pay (roll back, :func:`take`, admit again)."""
+    keys = [(b["id"], windows.span(b["window"], b["timezone"], at).start) for b in budgets]
+    if not needs_dollars(budgets):
+        await escrow.spend(conn, holder, task_id, budgets, at)
+        return Reserved(Verdict(Decision.ADMIT), tuple(keys))
+    keys, rows = await escrow.lock_windows(conn, budgets, at)
+    verdict = await escrow.decide(conn, budgets, keys, rows, worst_usd)
     if verdict.decision is not Decision.ADMIT:
         return Reserved(verdict, refused=next(k for k in keys if k[0] == verdict.budget_id))
     await conn.execute(_RESERVE, [k[0] for k in keys], [k[1] for k in keys], worst_usd)
     return Reserved(verdict, tuple(keys))
+
+
+async def take(conn: asyncpg.Connection, need: NeedsLease, lease_s: float, cap: int) -> Reserved:
+    """Take escrow lease slices for ``need`` (on a connection outside any transaction):
+    :data:`Decision.ADMIT` (admit again: the lease can pay now) or the exhausted verdict
+    with the refusing window (:func:`app.budgets.escrow.take`)."""
+    verdict, refused = await escrow.take(conn, need, lease_s, cap)
+    return Reserved(verdict, refused=refused)
 
 
 async def settle(conn: asyncpg.Connection, keys: Sequence[WindowKey], input_tokens: int, output_tokens: int,

@@ -16,6 +16,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
     Identity,
     Index,
     Integer,
@@ -221,7 +222,30 @@ budget_windows = Table(
     Column("cost_usd", Numeric(20, 10), nullable=False, server_default=text("0")),
     Column("reserved_usd", Numeric(20, 10), nullable=False, server_default=text("0")),
     Column("exhausted_at", DateTime(timezone=True)),
+    # escrow leases (migration 0009): requests granted to the window's open leases
+    Column("leased_requests", BigInteger, nullable=False, server_default=text("0")),
 )
+
+#: An escrow lease (migration 0009, :mod:`app.budgets.escrow`): a slice of ``granted``
+#: requests of one budget window held by one task, ``spent`` of them admitted; spendable
+#: while the budget's ``request_limit`` is the one it was granted under and until
+#: ``expires_at``, then folded back into the window by the sweep.
+budget_leases = Table(
+    "budget_leases",
+    metadata,
+    Column("holder", Text, primary_key=True),
+    Column("budget_id", Text, primary_key=True),
+    Column("window_start", DateTime(timezone=True), primary_key=True),
+    Column("window_end", DateTime(timezone=True)),
+    Column("granted", BigInteger, nullable=False),
+    Column("spent", BigInteger, nullable=False, server_default=text("0")),
+    Column("request_limit", BigInteger),
+    Column("expires_at", DateTime(timezone=True), nullable=False, index=True),
+    ForeignKeyConstraint(["budget_id", "window_start"], ["budget_windows.budget_id", "budget_windows.window_start"],
+                         ondelete="CASCADE"),
+    CheckConstraint("spent >= 0 AND spent <= granted", name="ck_budget_leases_spent"),
+)
+Index("ix_budget_leases_window", budget_leases.c.budget_id, budget_leases.c.window_start)
 
 #: Budget keys: an API key (only its SHA-256 stored) whose every agent run gets its own
 #: task, created from ``template`` (the fields ``POST /admin/tasks`` takes).
