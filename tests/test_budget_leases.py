@@ -117,6 +117,17 @@ def test_slices_shrink_near_the_limit_and_reclaim_only_when_nothing_is_free() ->
     assert view["admitted_requests"] == 10
 
 
+def test_one_slot_never_holds_more_than_is_free(lease_upstream, sweeper) -> None:
+    api = _api(sweeper)
+    budget = _budget(api, request_limit=40)
+    _, token = _task(api, budget)
+    statuses = [_chat(sweeper.url, token, i).status_code for i in range(45)]  # one after the other: one slot
+    assert statuses == [200] * 40 + [403] * 5
+    assert len([r for r in lease_upstream.requests if r.method == "POST"]) == 40
+    current = api.get(f"/admin/budgets/{budget}").json()["current"]
+    assert (current["admitted_requests"], current["leased_requests"]) == (40, 0)
+
+
 def test_a_killed_gateways_lease_comes_back_after_its_expiry(database_url, lease_upstream, config_path,
                                                               sweeper) -> None:
     api = _api(sweeper)
