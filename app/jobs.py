@@ -1,5 +1,6 @@
 """The gateway process's periodic maintenance jobs, started with the app and cancelled
-when it stops: the reservation sweep (:mod:`app.admission.reservations`) and retention
+when it stops: the reservation sweep (:mod:`app.admission.reservations`), the budget lease
+sweep (:mod:`app.budgets.escrow`) and retention
 (:mod:`app.retention`). Every job is
 safe to run in every process of every replica at once."""
 
@@ -11,6 +12,7 @@ import contextlib
 import asyncpg
 
 from app.admission.reservations import sweep_forever
+from app.budgets import escrow
 from app.proxy import json_offload
 from app.retention import prune_forever
 from app.settings import Settings
@@ -21,6 +23,7 @@ def start(pool: asyncpg.Pool, settings: Settings) -> list[asyncio.Task[None]]:
     jobs = []
     if settings.reservation_sweep_s > 0:
         jobs.append(asyncio.create_task(sweep_forever(pool, settings), name="reservation sweep"))
+        jobs.append(asyncio.create_task(escrow.sweep_forever(pool, settings), name="budget lease sweep"))
     if settings.retention_days is not None or settings.ledger_keep_per_conversation > 0:
         jobs.append(asyncio.create_task(prune_forever(pool, settings, settings.retention_interval_s),
                                         name="retention"))

@@ -37,7 +37,6 @@ from functools import lru_cache
 import asyncpg
 import psutil
 
-from app.budgets import escrow
 from app.db.errors import database_unreachable
 from app.fault_log import faults
 from app.guard.policy import Policy
@@ -207,7 +206,6 @@ async def sweep_forever(pool: asyncpg.Pool, settings: Settings) -> None:
         await asyncio.sleep(settings.reservation_sweep_s)
         try:
             await sweep(pool)
-            await escrow.sweep(pool)  # budget leases past their expiry go back to their windows
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - a sweep that fails waits for the next

@@ -28,15 +28,17 @@ never waits for a window; takes, reclaims and the sweep lock windows before leas
 
 A gateway killed with ``kill -9`` loses nothing a budget needs: its leases are rows,
 reclaimed by the first take that finds the window short, and folded back by the sweep
-(:func:`sweep`, every ``TASKGATE_RESERVATION_SWEEP_S``) once past ``expires_at``
+(:func:`sweep`, every ``TASKGATE_RESERVATION_SWEEP_S``, a job of every process) once past ``expires_at``
 (``TASKGATE_BUDGET_LEASE_S`` after the slot's last take). A spent request is in
 ``spent`` (durable with its admission), so nothing is ever admitted twice.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
+import logging
 import os
 import secrets
 import socket
@@ -49,7 +51,12 @@ import asyncpg
 from app.admission.ceiling import Decision
 from app.budgets import slices, windows
 from app.budgets.rules import Verdict, chain_verdict, window_verdict
+from app.db.errors import database_unreachable
 from app.db.pool import relaxed
+from app.fault_log import faults
+from app.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 #: A budget's window: ``(budget_id, window_start)``.
 WindowKey = tuple[str, datetime]
@@ -360,3 +367,19 @@ async def sweep(pool: asyncpg.Pool) -> int:
         folded: int = await conn.fetchval(_FOLD_EXPIRED, [r["budget_id"] for r in locked],
                                           [r["window_start"] for r in locked])
         return folded
+
+
+async def sweep_forever(pool: asyncpg.Pool, settings: Settings) -> None:
+    """:func:`sweep` every ``reservation_sweep_s`` until cancelled; failures are reported
+    by the fault log (one line per outage), never raised."""
+    while True:
+        await asyncio.sleep(settings.reservation_sweep_s)
+        try:
+            await sweep(pool)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a sweep that fails waits for the next
+            if database_unreachable(exc):
+                faults.report("budget lease sweep", "database unavailable; leases are folded later", exc)
+            else:
+                logger.exception("budget lease sweep failed; retried in %s s", settings.reservation_sweep_s)
