@@ -35,9 +35,10 @@ models:
     provider: main
     price: {{input_per_mtok: 100, output_per_mtok: 100}}
 """
-#: Generous timeouts: a burst queues on one budget's window row on a loaded 2-core machine.
+#: Generous timeouts: a burst queues on one budget's window row on a loaded 2-core machine,
+#: and 1,800 connections opened at once may wait seconds for their first byte to be read.
 SLOW_OK = {"TASKGATE_DATABASE_TIMEOUT_S": "60", "TASKGATE_HEADER_TIMEOUT_S": "120",
-           "TASKGATE_BODY_TIMEOUT_S": "120"}
+           "TASKGATE_BODY_TIMEOUT_S": "120", "TASKGATE_FIRST_BYTE_TIMEOUT_S": "120"}
 
 
 @pytest.fixture(scope="module")
