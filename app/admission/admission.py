@@ -27,14 +27,10 @@ Every admitted POST runs one PostgreSQL transaction that holds the task's row lo
   (:func:`app.guard.conversation_rules.conversation_breach`); a task with a conversation
   request or duration ceiling never takes the fast path (its ``WHERE`` requires none).
 
-A task with a ``budget_id`` and no dollar ceiling in its chain has its own fast path: one
-statement counts it and spends one request from this process's escrow lease of each of
-its budgets (:func:`app.budgets.ledger.fast_admit`). Otherwise, once its own checks pass,
-the request is reserved against its budget chain in the locked transaction
-(:func:`app.budgets.ledger.reserve`); when a lease cannot pay, the transaction rolls
-back, the gateway takes a slice (:func:`app.budgets.ledger.take`) and admits again. An
-exhausted budget refuses with 403
-``budget_exhausted`` (rolled back: not counted, no latch), a budget whose dollars are
+A task with a ``budget_id`` spends its budgets' escrow leases (one statement when its
+chain has no dollar ceiling: :mod:`app.budgets.escrow`), else is reserved against its
+chain once its own checks pass (:func:`app.budgets.ledger.reserve`); an exhausted budget
+refuses with 403 ``budget_exhausted`` (rolled back: not counted, no latch), a budget whose dollars are
 held by requests in flight holds the request like the task's own ceiling (it polls, then
 429 ``cost_reserved`` naming the budget).
 
@@ -150,8 +146,6 @@ class _Exhausted(Exception):
         self.refusal, self.key, self.verdict = refusal, key, verdict
 
 
-#: Budget windows whose exhaustion this process has announced (once per window).
-_announced: set[budget_ledger.WindowKey] = set()
 
 
 async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
@@ -232,41 +226,27 @@ async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guar
                         return Admitted(task, Policy(task, settings))
                 key = guard.conversation_key if guard is not None else conversation_key
                 with budget_ledger.lease_slot() as holder:
-                    if fast and hint is not False:  # one statement; a budget's escrow lease pays
-                        leased = await budget_ledger.fast_admit(conn, holder, windows.now(settings.clock_offset_s),
-                                                                token_hash, task_id)
-                        if leased is not None:
-                            task = Task.from_row(leased[0])
-                            return Admitted(task, Policy(task, settings), budget_windows=leased[1])
-                    admitted = await _admit_leased(conn, holder, token_hash, settings, guard, charge or Charge(None),
-                                                   key, request_id, task_id)
-                    budget_ledger.remember(task_id or token_hash, [k[0] for k in admitted.budget_windows])
-                    return admitted
+                    now = windows.now(settings.clock_offset_s)
+                    if fast and hint is not False and (  # one statement: a budget's escrow lease pays
+                            leased := await budget_ledger.fast_admit(conn, holder, now, token_hash, task_id)):
+                        return Admitted(task := Task.from_row(leased[0]), Policy(task, settings),
+                                        budget_windows=leased[1])
+                    while True:
+                        try:
+                            admitted = await _admit_locked(conn, holder, token_hash, settings, guard,
+                                                           charge or Charge(None), key, request_id, task_id)
+                            budget_ledger.remember(task_id or token_hash, [k[0] for k in admitted.budget_windows])
+                            return admitted
+                        except budget_ledger.NeedsLease as need:  # rolled back: take a slice, admit again
+                            if (taken := await budget_ledger.take(conn, need, settings)) is None:
+                                continue
+                            exhausted = _Exhausted(*taken)
+                        except _Exhausted as refused:
+                            exhausted = refused
+                        await budget_ledger.announce(conn, exhausted.key, exhausted.verdict, exhausted.refusal)
+                        raise exhausted.refusal from None
     finally:
         events.ADMISSION_DONE.emit(events.AdmissionDone(time.perf_counter() - started))
-
-
-async def _admit_leased(conn: asyncpg.Connection, holder: str, token_hash: str, settings: Settings,
-                        guard: GuardRequest | None, charge: Charge, conversation_key: str,
-                        request_id: str | None, task_id: str | None) -> Admitted:
-    """:func:`_admit_locked`, again after a budget lease take when the holder's lease
-    could not pay; an exhausted budget refuses (announced once per window)."""
-    while True:
-        try:
-            return await _admit_locked(conn, holder, token_hash, settings, guard, charge,
-                                       conversation_key, request_id, task_id)
-        except budget_ledger.NeedsLease as need:  # rolled back: take a slice, admit again
-            taken = await budget_ledger.take(conn, need, settings.budget_lease_s,
-                                             settings.budget_lease_requests)
-            if taken.verdict.decision is ceiling.Decision.ADMIT:
-                continue
-            assert taken.refused is not None
-            exhausted = _Exhausted(budget_exhausted(need.task_id, taken.verdict), taken.refused,
-                                   taken.verdict)
-        except _Exhausted as refused:
-            exhausted = refused
-        await _announce(conn, exhausted)
-        raise exhausted.refusal from None
 
 
 async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, settings: Settings,
@@ -360,22 +340,6 @@ async def _admit_turn(conn: asyncpg.Connection, token_hash: str, settings: Setti
     except agent_turn.Rerun:
         return None
     await _refuse(conn, task, refusal)
-
-
-async def _announce(conn: asyncpg.Connection, exhausted: _Exhausted) -> None:
-    """Emit :data:`app.events.BUDGET_REFUSED`; the first refusal of a window (across
-    processes: a conditional ``UPDATE``) also emits :data:`app.events.BUDGET_EXHAUSTED`."""
-    budget_id, _ = exhausted.key
-    events.BUDGET_REFUSED.emit(events.BudgetRefused(budget_id, exhausted.refusal))
-    if exhausted.key in _announced:
-        return
-    if len(_announced) > 10_000:
-        _announced.clear()
-    _announced.add(exhausted.key)
-    if await budget_ledger.mark_exhausted(conn, exhausted.key):
-        verdict = exhausted.verdict
-        events.BUDGET_EXHAUSTED.emit(events.BudgetExhausted(budget_id, exhausted.key[1], verdict.what or "",
-                                                            verdict.resets_at, exhausted.refusal))
 
 
 async def _judge(conn: asyncpg.Connection, task: Task, policy: Policy,

@@ -142,7 +142,7 @@ LEASE_SPENT = ("(SELECT COALESCE(sum(l.spent), 0)::bigint FROM budget_leases l"
 #: ``$5``, root first), and one request spent from the holder's lease of each budget of
 #: the chain as :data:`SPEND` does (for chains without token or dollar limits; each budget
 #: of ``$5`` must still have the one before it as its parent). When the task was counted
-#: but a lease could not pay, the statement aborts (``taskgate_abort``, migration 0009):
+#: but a lease could not pay, the statement aborts (``taskgate_abort``, migration 0010):
 #: nothing is written, and the locked path decides.
 _FAST = """
     WITH counted AS (

@@ -35,14 +35,17 @@ from typing import Any
 
 import asyncpg
 
+from app import events
 from app.admission.ceiling import Decision
 from app.budgets import escrow, windows
 from app.budgets.escrow import NeedsLease, WindowKey
 from app.budgets.escrow import budgeted, fast_admit, remember
 from app.budgets.escrow import slot as lease_slot
-from app.budgets.rules import Verdict
+from app.budgets.rules import Verdict, budget_exhausted
+from app.errors import GatewayError
+from app.settings import Settings
 
-__all__ = ["NeedsLease", "Reserved", "WindowKey", "budgeted", "chain", "fast_admit", "lease_slot", "mark_exhausted",
+__all__ = ["NeedsLease", "Reserved", "WindowKey", "announce", "budgeted", "chain", "fast_admit", "lease_slot", "mark_exhausted",
            "needs_dollars", "remember", "reserve", "settle", "take"]
 
 _CHAIN = escrow.CHAIN
@@ -108,12 +111,15 @@ async def reserve(conn: asyncpg.Connection, holder: str, task_id: str, budgets: 
     return Reserved(verdict, tuple(keys))
 
 
-async def take(conn: asyncpg.Connection, need: NeedsLease, lease_s: float, cap: int) -> Reserved:
-    """Take escrow lease slices for ``need`` (on a connection outside any transaction):
-    :data:`Decision.ADMIT` (admit again: the lease can pay now) or the exhausted verdict
-    with the refusing window (:func:`app.budgets.escrow.take`)."""
-    verdict, refused = await escrow.take(conn, need, lease_s, cap)
-    return Reserved(verdict, refused=refused)
+async def take(conn: asyncpg.Connection, need: NeedsLease,
+               settings: Settings) -> tuple[GatewayError, WindowKey, Verdict] | None:
+    """Take escrow lease slices for ``need`` (on a connection outside any transaction;
+    :func:`app.budgets.escrow.take`): ``None`` (admit again: the lease can pay now), or
+    the exhausted budget's refusal (403 ``budget_exhausted``), its window and verdict."""
+    verdict, refused = await escrow.take(conn, need, settings.budget_lease_s, settings.budget_lease_requests)
+    if refused is None:
+        return None
+    return budget_exhausted(need.task_id, verdict), refused, verdict
 
 
 async def settle(conn: asyncpg.Connection, keys: Sequence[WindowKey], input_tokens: int, output_tokens: int,
@@ -138,3 +144,22 @@ async def settle(conn: asyncpg.Connection, keys: Sequence[WindowKey], input_toke
 async def mark_exhausted(conn: asyncpg.Connection, key: WindowKey) -> bool:
     """Record that the window ran out; ``True`` only the first time (once per window)."""
     return await conn.fetchval(_MARK_EXHAUSTED, *key) is not None
+
+
+#: Budget windows whose exhaustion this process has announced (once per window).
+_announced: set[WindowKey] = set()
+
+
+async def announce(conn: asyncpg.Connection, key: WindowKey, verdict: Verdict, refusal: GatewayError) -> None:
+    """Emit :data:`app.events.BUDGET_REFUSED` for a refusal by the window ``key``; its
+    first refusal (across processes: a conditional ``UPDATE``) also emits
+    :data:`app.events.BUDGET_EXHAUSTED`."""
+    events.BUDGET_REFUSED.emit(events.BudgetRefused(key[0], refusal))
+    if key in _announced:
+        return
+    if len(_announced) > 10_000:
+        _announced.clear()
+    _announced.add(key)
+    if await mark_exhausted(conn, key):
+        events.BUDGET_EXHAUSTED.emit(events.BudgetExhausted(key[0], key[1], verdict.what or "", verdict.resets_at,
+                                                            refusal))

@@ -222,11 +222,11 @@ budget_windows = Table(
     Column("cost_usd", Numeric(20, 10), nullable=False, server_default=text("0")),
     Column("reserved_usd", Numeric(20, 10), nullable=False, server_default=text("0")),
     Column("exhausted_at", DateTime(timezone=True)),
-    # escrow leases (migration 0009): requests granted to the window's open leases
+    # escrow leases (migration 0010): requests granted to the window's open leases
     Column("leased_requests", BigInteger, nullable=False, server_default=text("0")),
 )
 
-#: An escrow lease (migration 0009, :mod:`app.budgets.escrow`): a slice of ``granted``
+#: An escrow lease (migration 0010, :mod:`app.budgets.escrow`): a slice of ``granted``
 #: requests of one budget window held by one task, ``spent`` of them admitted; spendable
 #: while the budget's ``request_limit`` is the one it was granted under and until
 #: ``expires_at``, then folded back into the window by the sweep.

@@ -9,15 +9,15 @@ each budget window's request allowance and spends it under its own row lock.
   ``admitted_requests + leased_requests <= request_limit`` holds for every window;
 - ``taskgate_abort(text)``: raises its message (the budget fast path's abort).
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-01
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
