@@ -12,7 +12,9 @@ load average.
 
 Variants (``--variants``, comma-separated): ``base`` (defaults), ``pool=N``
 (``TASKGATE_DATABASE_POOL_SIZE``), ``freeze`` (``gc.freeze()`` after start-up,
-probe-side), ``env:NAME=VALUE``; combinable with ``+`` (``pool=32+freeze``).
+probe-side), ``unfair`` (asyncpg's own acquire order, before
+:mod:`app.db.fair_pool`), ``env:NAME=VALUE``; combinable with ``+``
+(``unfair+pool=64``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def _variant_env(name: str) -> dict[str, str]:
             env["TASKGATE_DATABASE_POOL_SIZE"] = part[5:]
         elif part == "freeze":
             env["BENCH_PROBE_GC_FREEZE"] = "1"
+        elif part == "unfair":
+            env["BENCH_PROBE_UNFAIR_POOL"] = "1"
         elif part.startswith("env:"):
             k, _, v = part[4:].partition("=")
             env[k] = v
@@ -87,7 +91,7 @@ HEADER = ("| variant | c | req/s | p50 | p99 | p99.9 | max | server p50 | server
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.tail", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--variants", default="base,pool=32")
+    ap.add_argument("--variants", default="unfair,base")
     ap.add_argument("--concurrencies", default="64,128")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")

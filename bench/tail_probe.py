@@ -13,7 +13,9 @@ with probes installed first:
 - **loop lag**: how late a 5 ms ``call_later`` tick fires (time the event loop was
   busy with something else).
 
-``BENCH_PROBE_GC_FREEZE=1`` calls ``gc.freeze()`` at the first request.
+``BENCH_PROBE_GC_FREEZE=1`` calls ``gc.freeze()`` at the first request;
+``BENCH_PROBE_UNFAIR_POOL=1`` builds the pool with plain ``asyncpg.create_pool``
+(acquirers barge, the order before :mod:`app.db.fair_pool`).
 
 ``SIGUSR2`` clears the samples (start of a window); ``SIGUSR1`` writes them as JSON
 (percentiles and, for the slowest 1 % of requests, their mean pool wait) to the file
@@ -76,8 +78,8 @@ def _on_gc(phase: str, info: dict[str, Any]) -> None:
 
 
 def _patch_pool(cls: Any) -> None:
-    """Time ``cls.acquire`` (asyncpg's pool; a subclass that overrides it and calls it
-    would be counted once per call)."""
+    """Time ``cls.acquire`` (the fair pool's, or asyncpg's when the pool is plain:
+    patching both would count the fair pool's inner acquire twice)."""
     original = cls.acquire
 
     class _Timed:
@@ -155,9 +157,20 @@ def main() -> None:
     signal.signal(signal.SIGUSR1, _dump)
     signal.signal(signal.SIGUSR2, _reset)
     _patch_app()
-    import asyncpg
+    if os.environ.get("BENCH_PROBE_UNFAIR_POOL"):  # A/B: asyncpg's own acquire order
+        import asyncpg
 
-    _patch_pool(asyncpg.Pool)
+        import app.db.pool
+
+        async def unfair(dsn: str, **kwargs: Any) -> Any:
+            return await asyncpg.create_pool(dsn, **kwargs)
+
+        app.db.pool.create_fair_pool = unfair  # type: ignore[assignment]
+        _patch_pool(asyncpg.Pool)
+    else:
+        from app.db.fair_pool import FairPool
+
+        _patch_pool(FairPool)
     from app.cli import main as cli_main
 
     sys.argv = ["app.cli", *sys.argv[1:]]

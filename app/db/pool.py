@@ -25,6 +25,7 @@ import json
 
 import asyncpg
 
+from app.db.fair_pool import create_fair_pool
 from app.settings import Settings
 from app.wire import json_text
 
@@ -59,12 +60,13 @@ def statement_cache_size(settings: Settings, direct: bool) -> int:
 
 
 async def create_pool(database_url: str, settings: Settings, *, direct: bool = False) -> asyncpg.Pool:
-    """A pool of up to ``database_pool_size`` connections; connects and queries time out
+    """A pool of up to ``database_pool_size`` connections, handed out first come, first
+    served (:mod:`app.db.fair_pool`); connects and queries time out
     after ``database_timeout_s`` seconds, so an unreachable database fails a request
     (503) instead of hanging it. JSON and JSONB columns decode to Python objects.
     ``direct``: ``database_url`` is known not to be PgBouncer (see
     :func:`statement_cache_size`)."""
-    return await asyncpg.create_pool(
+    return await create_fair_pool(
         asyncpg_dsn(database_url),
         min_size=0,  # no floor to restore: asyncpg logs a traceback per failed attempt
         max_size=settings.database_pool_size,
