@@ -74,3 +74,7 @@ def test_limit_help_says_what_none_does() -> None:
     update = CliRunner().invoke(main, ["tasks", "update", "--help"], terminal_width=200).output
     assert "removes" not in create and "Absent or 'none': no limit." in create
     assert "'none' removes this limit." in update and "--cost-limit" in create
+    # a task without a wait of its own waits TASKGATE_COST_WAIT_S, not forever
+    for text in (create, update):
+        wait = text[text.index("--cost-wait"):].split("\n  -", 1)[0]
+        assert "TASKGATE_COST_WAIT_S" in wait and "no limit" not in wait and "removes this limit" not in wait, wait

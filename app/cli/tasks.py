@@ -52,6 +52,9 @@ def _limit_options(fn: Callable, none_means: str) -> Callable:
         if name == "--request-limit":  # every task has one
             tail = "(cannot be removed)." if "removes" in none_means else "(default TASKGATE_DEFAULT_REQUEST_LIMIT)."
             help_ = help_.removesuffix(".") + " " + tail
+        elif name == "--cost-wait":  # no value of its own: the setting's
+            help_ = help_ + (" 'none' removes the task's own, then TASKGATE_COST_WAIT_S applies."
+                             if "removes" in none_means else " Absent or 'none': TASKGATE_COST_WAIT_S.")
         else:
             help_ = f"{help_} {none_means}"
         fn = click.option(name, type=OptionalNumber(kind), default=None, help=help_)(fn)
@@ -59,7 +62,8 @@ def _limit_options(fn: Callable, none_means: str) -> Callable:
 
 
 def limit_options(fn: Callable) -> Callable:
-    """The limits of a new task (``create``, ``run``): ``none`` sets no limit."""
+    """The limits of a new task (``create``, ``run``): ``none`` sets no limit (the wait for
+    reservations: ``TASKGATE_COST_WAIT_S``)."""
     return _limit_options(fn, "Absent or 'none': no limit.")
 
 
