@@ -21,12 +21,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import asyncpg
 import httpx
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.db import embedded, migrate
+from app.db.pool import asyncpg_dsn
 
 ADMIN_TOKEN = "tgadm-test-" + secrets.token_hex(8)
 PROVIDER_KEY = "sk-provider-" + secrets.token_hex(12)
@@ -47,6 +49,18 @@ async def admin_sql(url: str, sql: str) -> None:
             await conn.execute(text(sql))
     finally:
         await engine.dispose()
+
+
+def sql(url: str, query: str, *args: object) -> list[asyncpg.Record]:
+    """Run one query (``$1`` parameters) on its own connection and return its rows: for
+    tests that read or seed what the gateway writes."""
+    async def run() -> list[asyncpg.Record]:
+        conn = await asyncpg.connect(asyncpg_dsn(url))
+        try:
+            return await conn.fetch(query, *args)
+        finally:
+            await conn.close()
+    return asyncio.run(run())
 
 
 @contextmanager

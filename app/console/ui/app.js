@@ -1,9 +1,12 @@
 // taskgate dashboard: plain JS modules over the admin API (/admin); no network but the gateway.
-// Routes: #/ overview, #/tasks the task list, #/task/ID one task.
+// Routes: #/ overview, #/tasks the task list, #/task/ID one task, #/budgets the budgets,
+// #/budget/ID one budget.
 import { AuthError, TOKEN_KEY, h, show } from "./lib.js";
 import { listView } from "./tasks.js";
 import { taskView } from "./task.js";
 import { overviewView } from "./overview.js";
+import { budgetsView } from "./budgets.js";
+import { budgetView } from "./budget.js";
 
 const main = document.getElementById("main");
 const ctx = { main, timer: null, fail, route };
@@ -46,8 +49,11 @@ function route() {
   if (!sessionStorage.getItem(TOKEN_KEY)) { logout.hidden = true; markNav(""); return loginView(); }
   logout.hidden = false;
   const m = location.hash.match(/^#\/task\/(.+)$/);
+  const mb = location.hash.match(/^#\/budget\/(.+)$/);
   let page;
   if (m) { markNav("tasks"); page = taskView(ctx, decodeURIComponent(m[1])); }
+  else if (mb) { markNav("budgets"); page = budgetView(ctx, decodeURIComponent(mb[1])); }
+  else if (location.hash.startsWith("#/budgets")) { markNav("budgets"); page = budgetsView(ctx); }
   else if (location.hash.startsWith("#/tasks")) { markNav("tasks"); page = listView(ctx); }
   else { markNav("overview"); page = overviewView(ctx); }
   page.catch(fail);

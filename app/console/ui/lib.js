@@ -115,3 +115,35 @@ export function table(id, headers, rows, empty) {
 export function taskLink(id) { return h("a", { href: "#/task/" + encodeURIComponent(id) }, id); }
 
 export function when(iso) { return iso ? new Date(iso).toLocaleString() : ""; }
+
+export function budgetLink(id) { return h("a", { href: "#/budget/" + encodeURIComponent(id) }, id); }
+
+/** Page cursors kept in session storage under `key`: "" for the first page, then the id
+ * each page starts after (the API's `next_after`). */
+export function cursors(key) { return JSON.parse(sessionStorage.getItem(key) || "[\"\"]"); }
+
+/** "← previous" and "next →" over the cursors of `key`; `go()` renders the page again. */
+export function pageButtons(key, pages, page, go, idPrefix) {
+  const set = (c) => { sessionStorage.setItem(key, JSON.stringify(c)); go(); };
+  return [h("button", { id: idPrefix + "prev-page", disabled: pages.length <= 1, onclick: () => set(pages.slice(0, -1)) },
+    "← previous"),
+  h("button", { id: idPrefix + "next-page", disabled: !page.has_more, onclick: () => set([...pages, page.next_after]) },
+    "next →")];
+}
+
+/** Fields of `obj` this page does not know (e.g. added by a newer gateway), as
+ * [label, text] pairs: numbers, strings and booleans only; null, lists and objects skipped. */
+export function extras(obj, known) {
+  const out = [];
+  for (const [k, v] of Object.entries(obj || {})) {
+    if (known.includes(k) || v === null || v === undefined || typeof v === "object") continue;
+    if (typeof v === "number" && !Number.isFinite(v)) continue;
+    const label = k.replace(/_usd$/, "").replace(/_at$/, "").replace(/_/g, " ");
+    let text = String(v);
+    if (typeof v === "number") text = k.endsWith("_usd") ? usd(v) : Number.isInteger(v) ? int(v) : String(v);
+    else if (typeof v === "boolean") text = v ? "yes" : "no";
+    else if (k.endsWith("_at") && !Number.isNaN(Date.parse(v))) text = when(v);
+    out.push([label, text]);
+  }
+  return out;
+}

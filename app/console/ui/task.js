@@ -1,6 +1,6 @@
 // One task (#/task/ID): counters and dollars, stop/resume, limits, requests, events,
 // the loop guard's verdicts and its ledger with the streak that caused a stop marked.
-import { AuthError, api, badge, h, int, meters, show, table, usd, when } from "./lib.js";
+import { AuthError, api, badge, budgetLink, h, int, meters, show, table, usd, when } from "./lib.js";
 
 const LIMITS = [["request_limit", "requests"], ["token_limit", "tokens"], ["cost_limit_usd", "dollars (USD)"],
                 ["max_duration_s", "max duration (s)"], ["tool_call_limit", "tool calls"], ["max_stalls", "stalls"]];
@@ -123,6 +123,7 @@ export async function taskView(ctx, id) {
   show(ctx.main,
     h("p", {}, h("a", { href: "#/tasks" }, "← all tasks")),
     h("div", { class: "card" }, h("h2", { id: "task-title" }, t.id, " ", badge(t.status)),
+      t.budget ? h("p", { id: "task-budget" }, "draws from budget ", budgetLink(t.budget)) : null,
       h("div", { class: "row" }, meters(t)), h("p", {}, actions(ctx, t))),
     stop,
     h("div", { class: "card" }, h("h2", {}, "Limits"), limitsForm(ctx, t)),
