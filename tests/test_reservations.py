@@ -5,89 +5,34 @@ PostgreSQL."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
 import time
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
 
-import asyncpg
-import httpx
-import pytest
 from click.testing import CliRunner
 
 from app.admission.reservations import Owner, owner_gone, releasable
 from app.cli import main
-from app.db.pool import asyncpg_dsn
-from tests.support import ADMIN_TOKEN, Admin, GatewayProcess
+from tests.holds import SWEEP_S, held, hold_then_kill, send_in_background, sweeper  # noqa: F401 - fixture
+from tests.support import ADMIN_TOKEN, Admin, sql
 
-MODEL = "gpt-4.1-mini"
-BODY = json.dumps({"model": MODEL, "max_tokens": 1000, "messages": [{"role": "user", "content": "hi"}]}).encode()
-SWEEP_S = 1.0
 UPSTREAM_TIMEOUT_S = 6.0
-
-
-def _sql(database_url: str, query: str, *args: Any) -> list[asyncpg.Record]:
-    async def run() -> list[asyncpg.Record]:
-        conn = await asyncpg.connect(asyncpg_dsn(database_url))
-        try:
-            return await conn.fetch(query, *args)
-        finally:
-            await conn.close()
-    return asyncio.run(run())
-
-
-def _send_in_background(url: str, token: str) -> threading.Thread:
-    def send() -> None:
-        try:
-            httpx.post(url + "/v1/chat/completions", content=BODY, timeout=60,
-                       headers={"authorization": f"Bearer {token}", "content-type": "application/json"})
-        except httpx.HTTPError:
-            pass  # the gateway was killed under it
-    thread = threading.Thread(target=send, daemon=True)
-    thread.start()
-    return thread
-
-
-def _held(database_url: str, task_id: str, timeout: float = 10) -> asyncpg.Record:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rows = _sql(database_url, "SELECT * FROM reservations WHERE task_id = $1", task_id)
-        if rows:
-            return rows[0]
-        time.sleep(0.05)
-    raise AssertionError("no hold was recorded")
-
-
-@pytest.fixture(scope="module")
-def sweeper(database_url, upstream):
-    """A gateway that sweeps every second (and whose own requests are never killed)."""
-    with GatewayProcess(database_url, upstream.base_url, TASKGATE_RESERVATION_SWEEP_S=str(SWEEP_S)) as gw:
-        yield gw
 
 
 def test_a_hold_of_a_killed_gateway_is_released_after_its_deadline_never_before(
         database_url, upstream, sweeper):
     admin = Admin(sweeper.url)
     task_id, token = admin.create_task(cost_limit_usd=60)
-    upstream.script("delay", delay_s=120.0, input_tokens=10, output_tokens=10)
-    victim = GatewayProcess(database_url, upstream.base_url, TASKGATE_RESERVATION_SWEEP_S="0",
-                            TASKGATE_UPSTREAM_TIMEOUT_S=str(UPSTREAM_TIMEOUT_S)).start()
-    try:
-        _send_in_background(victim.url, token)
-        hold = _held(database_url, task_id)
+    with hold_then_kill(database_url, upstream, task_id, token,
+                        TASKGATE_UPSTREAM_TIMEOUT_S=str(UPSTREAM_TIMEOUT_S)) as (victim, hold):
         reserved = Decimal(str(admin.task(task_id)["reserved_usd"]))
         assert reserved == hold["amount_usd"] > 0
         assert hold["owner_pid"] == victim.proc.pid
         # the deadline is the request's longest run: upstream timeout + stream close grace
         span = (hold["deadline_at"] - hold["created_at"]).total_seconds()
         assert UPSTREAM_TIMEOUT_S <= span <= UPSTREAM_TIMEOUT_S + 10
-    finally:
-        victim.proc.kill()  # kill -9: nothing settles
-        victim.proc.wait()
-    (now,) = _sql(database_url, "SELECT now() AS now")
+    (now,) = sql(database_url, "SELECT now() AS now")
     assert now["now"] < hold["deadline_at"] - timedelta(seconds=2 * SWEEP_S), "the deadline passed too soon to tell"
     time.sleep(2 * SWEEP_S + 0.5)  # several sweeps of a gone owner before the deadline
     assert Decimal(str(admin.task(task_id)["reserved_usd"])) == reserved  # never earlier
@@ -98,20 +43,14 @@ def test_a_hold_of_a_killed_gateway_is_released_after_its_deadline_never_before(
     task = admin.task(task_id)
     assert Decimal(str(task["reserved_usd"])) == 0 and task["status"] == "active"
     assert Decimal(str(task["cost_usd"])) == 0  # released, not charged
-    assert _sql(database_url, "SELECT 1 FROM reservations WHERE task_id = $1", task_id) == []
+    assert sql(database_url, "SELECT 1 FROM reservations WHERE task_id = $1", task_id) == []
 
 
 def test_the_admin_action_releases_a_gone_gateways_hold_at_once(database_url, upstream, sweeper):
     admin = Admin(sweeper.url)
     task_id, token = admin.create_task(cost_limit_usd=60)
-    upstream.script("delay", delay_s=120.0, input_tokens=10, output_tokens=10)
-    victim = GatewayProcess(database_url, upstream.base_url, TASKGATE_RESERVATION_SWEEP_S="0").start()
-    try:
-        _send_in_background(victim.url, token)
-        hold = _held(database_url, task_id)
-    finally:
-        victim.proc.kill()
-        victim.proc.wait()
+    with hold_then_kill(database_url, upstream, task_id, token) as (_, hold):
+        pass
     result = CliRunner().invoke(main, ["tasks", "release", task_id, "--json"],
                                 env={"TASKGATE_URL": sweeper.url, "TASKGATE_ADMIN_TOKEN": ADMIN_TOKEN})
     assert result.exit_code == 0, result.output
@@ -128,15 +67,15 @@ def test_a_settled_request_leaves_no_hold_and_a_live_owner_keeps_its_own(databas
     admin = Admin(sweeper.url)
     task_id, token = admin.create_task(cost_limit_usd=60)
     upstream.script("delay", delay_s=2.0, input_tokens=10, output_tokens=10)
-    thread = _send_in_background(sweeper.url, token)
-    _held(database_url, task_id)
+    thread = send_in_background(sweeper.url, token)
+    held(database_url, task_id)
     assert admin.http.post(f"/admin/tasks/{task_id}/release-reservations").json()["released"] == 0
     thread.join(30)
     deadline = time.monotonic() + 10  # settlement follows the client's last byte
     while Decimal(str((task := admin.task(task_id))["reserved_usd"])) != 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert Decimal(str(task["reserved_usd"])) == 0 and Decimal(str(task["cost_usd"])) > 0
-    assert _sql(database_url, "SELECT 1 FROM reservations WHERE task_id = $1", task_id) == []
+    assert sql(database_url, "SELECT 1 FROM reservations WHERE task_id = $1", task_id) == []
 
 
 def test_releasable_needs_a_gone_owner_and_a_passed_deadline():
