@@ -7,30 +7,15 @@ from __future__ import annotations
 import secrets
 import time
 from decimal import Decimal
-from typing import Iterator
 
 import httpx
 import pytest
 
 from tests.console_support import sample, scrape
-from tests.support import ADMIN_TOKEN, GatewayProcess
-from tests.test_console_webhook import Receiver
+from tests.support import ADMIN_TOKEN
+from tests.webhook_receiver import hooked, receiver  # noqa: F401 - fixtures
 
 BODY = {"model": "gpt-4.1-mini", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
-
-
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.server.shutdown()
-
-
-@pytest.fixture(scope="module")
-def hooked(database_url, upstream, receiver) -> Iterator[GatewayProcess]:
-    with GatewayProcess(database_url, upstream.base_url, TASKGATE_STOP_WEBHOOK_URL=receiver.url,
-                        TASKGATE_STOP_WEBHOOK_BACKOFF_S="0.05") as gw:
-        yield gw
 
 
 def test_an_exhausted_budget_is_announced_once_and_counted(hooked, receiver, upstream) -> None:

@@ -1,77 +1,26 @@
-"""The stop webhook against a loopback receiver (a real HTTP server in a thread).
+"""The stop webhook against a loopback receiver (a real HTTP server in a thread,
+:mod:`tests.webhook_receiver`).
 
 A gateway process with ``TASKGATE_STOP_WEBHOOK_URL`` pointing at the receiver; the
 receiver answers with the statuses a test queues (then 200) and can be slow."""
 
 from __future__ import annotations
 
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Iterator
 
 import httpx
 import pytest
 
 from tests.console_support import sample, scrape
-from tests.support import Admin, GatewayProcess, free_port
+from tests.support import Admin, GatewayProcess
+from tests.webhook_receiver import Receiver, hooked, receiver  # noqa: F401 - fixtures
 
 USER = [{"role": "user", "content": "hi"}]
 
 
-class Receiver:
-    def __init__(self) -> None:
-        self.posts: list[dict] = []
-        self.statuses: list[int] = []  # answered in order, then 200
-        self.delay_s = 0.0
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                body = self.rfile.read(int(self.headers["content-length"]))
-                receiver.posts.append({"body": json.loads(body),
-                                       "content_type": self.headers["content-type"]})
-                time.sleep(receiver.delay_s)
-                status = receiver.statuses.pop(0) if receiver.statuses else 200
-                self.send_response(status)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hooks/taskgate?secret=s3cr3t"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def wait_for(self, count: int, timeout: float = 15.0) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and len(self.posts) < count:
-            time.sleep(0.02)
-        return self.posts
-
-
-@pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.server.shutdown()
-
-
-@pytest.fixture(scope="module")
-def hooked(database_url, upstream, receiver) -> Iterator[GatewayProcess]:
-    with GatewayProcess(database_url, upstream.base_url, TASKGATE_STOP_WEBHOOK_URL=receiver.url,
-                        TASKGATE_STOP_WEBHOOK_ATTEMPTS="3", TASKGATE_STOP_WEBHOOK_BACKOFF_S="0.05",
-                        TASKGATE_STOP_WEBHOOK_TIMEOUT_S="8") as gw:
-        yield gw
-
-
 @pytest.fixture(autouse=True)
 def _reset(receiver: Receiver) -> None:
-    receiver.posts.clear()
-    receiver.statuses.clear()
-    receiver.delay_s = 0.0
+    receiver.reset()
 
 
 def _chat(gw: GatewayProcess, token: str) -> httpx.Response:
