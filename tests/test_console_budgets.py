@@ -9,7 +9,7 @@ but the gateway; a field a newer gateway adds is shown, not dropped or broken.""
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import openai
