@@ -10,16 +10,15 @@ import httpx
 from click.testing import CliRunner
 
 from app.cli import main
-from tests.support import ADMIN_TOKEN, Admin, GatewayProcess
-from tests.test_reservations import _sql
+from tests.support import ADMIN_TOKEN, Admin, GatewayProcess, sql
 
 
 def _age(database_url: str, task_id: str, days: float) -> None:
-    _sql(database_url, "UPDATE tasks SET updated_at = now() - $2 * interval '1 day' WHERE id = $1", task_id, days)
+    sql(database_url, "UPDATE tasks SET updated_at = now() - $2 * interval '1 day' WHERE id = $1", task_id, days)
 
 
 def _rows(database_url: str, task_id: str) -> dict[str, int]:
-    return {table: _sql(database_url, f"SELECT count(*) AS n FROM {table} WHERE task_id = $1", task_id)[0]["n"]
+    return {table: sql(database_url, f"SELECT count(*) AS n FROM {table} WHERE task_id = $1", task_id)[0]["n"]
             for table in ("task_events", "tool_calls", "conversations")}
 
 
