@@ -30,8 +30,7 @@ from app.guard.ledger import GuardRequest, record_request, record_response
 from app.guard.policy import Policy
 from app.settings import Settings
 from app.wire.base import ResponseSummary, ToolCall, ToolResult
-from tests.support import Admin, GatewayProcess
-from tests.test_reservations import _sql
+from tests.support import Admin, GatewayProcess, sql
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -172,7 +171,7 @@ def test_a_gateway_compacts_while_an_agent_works_and_stops_it_on_the_same_turn(d
         task_id, token = admin.create_task()
         refused_at = _agent_turns(gw, upstream, token, distinct)
         task = admin.task(task_id)
-        rows = _sql(database_url, "SELECT count(*) AS n FROM tool_calls WHERE task_id = $1", task_id)[0]["n"]
+        rows = sql(database_url, "SELECT count(*) AS n FROM tool_calls WHERE task_id = $1", task_id)[0]["n"]
     with GatewayProcess(database_url, upstream.base_url) as plain_gw:
         plain_admin = Admin(plain_gw.url)
         plain_id, plain_token = plain_admin.create_task()
