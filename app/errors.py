@@ -47,7 +47,9 @@ class GatewayError(Exception):
 #: litellm maps only 400 (BadRequestError), 401 and 404 to errors its callers treat as final
 #: (a 403 becomes a generic APIError, which Aider retries with back-off). The request is
 #: refused for the client's own state (its task is stopped) and must not be repeated; the
-#: message says so, ``type`` is ``task_stopped`` and ``code`` the stop reason.
+#: message says so, ``type`` is ``task_stopped`` and ``code`` the stop reason. An exhausted
+#: budget is refused with the same status on every endpoint (Anthropic's included, where 400
+#: is what a spent credit balance gets; a 403 reads "Failed to authenticate" in Claude Code).
 STOP_STATUS = 400
 
 

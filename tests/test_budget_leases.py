@@ -122,7 +122,7 @@ def test_one_slot_never_holds_more_than_is_free(lease_upstream, sweeper) -> None
     budget = _budget(api, request_limit=40)
     _, token = _task(api, budget)
     statuses = [_chat(sweeper.url, token, i).status_code for i in range(45)]  # one after the other: one slot
-    assert statuses == [200] * 40 + [403] * 5
+    assert statuses == [200] * 40 + [400] * 5
     assert len([r for r in lease_upstream.requests if r.method == "POST"]) == 40
     current = api.get(f"/admin/budgets/{budget}").json()["current"]
     assert (current["admitted_requests"], current["leased_requests"]) == (40, 0)
@@ -185,7 +185,7 @@ def test_a_killed_gateways_lease_is_reclaimed_when_the_budget_runs_short(databas
         for t in threads:
             t.join()
         # 63 more: the dead gateway's 3 unspent requests were reclaimed, none admitted twice
-        assert sorted(statuses) == [200] * 63 + [403] * 37, (statuses, others.output()[-3000:], sweeper.output()[-3000:])
+        assert sorted(statuses) == [200] * 63 + [400] * 37, (statuses, others.output()[-3000:], sweeper.output()[-3000:])
         assert len([r for r in lease_upstream.requests if r.method == "POST"]) == 64
         current = api.get(f"/admin/budgets/{budget}").json()["current"]
         assert (current["admitted_requests"], current["leased_requests"]) == (64, 0)

@@ -121,9 +121,9 @@ def test_three_gateways_admit_exactly_the_budgets_request_limit_over_200_tasks(g
     counts: dict[int, int] = {}
     for r in responses:
         counts[r.status_code] = counts.get(r.status_code, 0) + 1
-    assert counts == {200: 250, 403: 1550}, (counts, [gw.output()[-2000:] for gw in gateways])
+    assert counts == {200: 250, 400: 1550}, (counts, [gw.output()[-2000:] for gw in gateways])
     assert len([r for r in budget_upstream.requests if r.method == "POST"]) == 250
-    refused = next(r for r in responses if r.status_code == 403)
+    refused = next(r for r in responses if r.status_code == 400)
     error = refused.json()["error"]
     assert (error["type"], error["code"]) == ("budget_exhausted", "budget_exhausted")
     assert f"Budget '{budget}'" in error["message"] and "request_limit" in error["message"]
@@ -150,7 +150,7 @@ def test_nested_request_limits_on_escrow_leases_admit_exactly_the_team_limit(gat
     counts: dict[int, int] = {}
     for r in responses:
         counts[r.status_code] = counts.get(r.status_code, 0) + 1
-    assert counts == {200: 300, 403: 600}, (counts, [gw.output()[-2000:] for gw in gateways])
+    assert counts == {200: 300, 400: 600}, (counts, [gw.output()[-2000:] for gw in gateways])
     assert len([r for r in budget_upstream.requests if r.method == "POST"]) == 300
     team_now = api.get(f"/admin/budgets/{team}").json()["current"]
     project_now = api.get(f"/admin/budgets/{project}").json()["current"]
@@ -183,8 +183,8 @@ def test_nested_dollar_ceilings_settle_within_each_ceiling(gateways, budget_upst
     jobs = [(gateways[i % 3].url, (in_project if i % 2 else in_team)[i % 5]) for i in range(60)]
     responses = asyncio.run(_storm(jobs))
     statuses = [r.status_code for r in responses]
-    assert set(statuses) <= {200, 403}, [r.text for r in responses if r.status_code not in (200, 403)]
-    codes = {r.json()["error"]["code"] for r in responses if r.status_code == 403}
+    assert set(statuses) <= {200, 400}, [r.text for r in responses if r.status_code not in (200, 400)]
+    codes = {r.json()["error"]["code"] for r in responses if r.status_code == 400}
     assert codes == {"budget_exhausted"}
     team_now, project_now = _settled(api, team), _settled(api, project)
     assert team_now["current"]["reserved_usd"] == 0 and project_now["current"]["reserved_usd"] == 0
@@ -208,7 +208,7 @@ def test_an_exhausted_budget_does_not_latch_and_goes_on_when_raised(gateways, bu
     headers = {"authorization": f"Bearer {token}"}
     statuses = [httpx.post(gateways[i % 3].url + "/v1/chat/completions", json=_chat(i), headers=headers,
                            timeout=30).status_code for i in range(3)]
-    assert statuses == [200, 200, 403]
+    assert statuses == [200, 200, 400]
     task = api.get(f"/admin/tasks/{task_id}").json()
     assert (task["status"], task["admitted_requests"], task["refused_requests"]) == ("active", 2, 0)
     assert api.patch(f"/admin/budgets/{budget}", json={"request_limit": 3}).status_code == 200
@@ -227,7 +227,7 @@ def test_a_month_window_rolls_over(gateways, database_url, budget_upstream, conf
 
     assert [post(gateways[0]).status_code for _ in range(3)] == [200, 200, 200]
     refused = post(gateways[1])
-    assert refused.status_code == 403, refused.text
+    assert refused.status_code == 400, refused.text
     resets_at = datetime.fromisoformat(refused.headers["x-taskgate-budget-resets-at"].replace("Z", "+00:00"))
     current = api.get(f"/admin/budgets/{budget}").json()["current"]
     assert datetime.fromisoformat(current["resets_at"].replace("Z", "+00:00")) == resets_at
@@ -237,13 +237,13 @@ def test_a_month_window_rolls_over(gateways, database_url, budget_upstream, conf
     offset = (resets_at - datetime.now(resets_at.tzinfo)).total_seconds() + 60  # a minute into next month
     with GatewayProcess(database_url, budget_upstream.base_url, TASKGATE_CONFIG=str(config_path),
                         TASKGATE_CLOCK_OFFSET_S=str(offset)) as later:
-        assert [post(later).status_code for _ in range(4)] == [200, 200, 200, 403]
+        assert [post(later).status_code for _ in range(4)] == [200, 200, 200, 400]
         next_refusal = post(later)
         assert next_refusal.headers["x-taskgate-budget-resets-at"] != refused.headers["x-taskgate-budget-resets-at"]
         seen_later = _admin(later).get(f"/admin/budgets/{budget}").json()
         assert seen_later["current"]["admitted_requests"] == 3
         assert [w["admitted_requests"] for w in seen_later["windows"]] == [3]  # last month, kept
         assert seen_later["windows"][0]["window_end"] == seen_later["current"]["window_start"]
-    assert post(gateways[0]).status_code == 403  # a gateway still in the old month refuses: never over
+    assert post(gateways[0]).status_code == 400  # a gateway still in the old month refuses: never over
     task = api.get(f"/admin/tasks/{task_id}").json()
     assert (task["status"], task["admitted_requests"]) == ("active", 6)

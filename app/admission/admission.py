@@ -30,7 +30,7 @@ Every admitted POST runs one PostgreSQL transaction that holds the task's row lo
 A task with a ``budget_id`` spends its budgets' escrow leases (one statement when its
 chain has no dollar ceiling: :mod:`app.budgets.escrow`), else is reserved against its
 chain once its own checks pass (:func:`app.budgets.ledger.reserve`); an exhausted budget
-refuses with 403 ``budget_exhausted`` (rolled back: not counted, no latch), a budget whose dollars are
+refuses with 400 ``budget_exhausted`` (rolled back: not counted, no latch), a budget whose dollars are
 held by requests in flight holds the request like the task's own ceiling (it polls, then
 429 ``cost_reserved`` naming the budget).
 
@@ -138,7 +138,7 @@ class _Held(Exception):
 
 
 class _Exhausted(Exception):
-    """A budget of the chain ran out: ``refusal`` (403 ``budget_exhausted``); raised in the
+    """A budget of the chain ran out: ``refusal`` (400 ``budget_exhausted``); raised in the
     admission transaction, which rolls back (not counted, no latch)."""
 
     def __init__(self, refusal: GatewayError, key: budget_ledger.WindowKey, verdict: BudgetVerdict) -> None:
@@ -164,7 +164,7 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
     stop reason as ``code`` (``request_limit``, ``token_limit``, ``max_duration``, a
     loop-guard reason, or whatever latched the task earlier); 429 ``cost_reserved``
     when the dollar ceiling (the task's or a budget's) held the request for its whole
-    wait; 403 ``budget_exhausted`` when a budget of its chain ran out; 503 when the database
+    wait; 400 ``budget_exhausted`` when a budget of its chain ran out; 503 when the database
     cannot be reached. Any other error propagates (nothing was admitted: the
     transaction rolled back).
     """

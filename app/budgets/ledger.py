@@ -115,7 +115,7 @@ async def take(conn: asyncpg.Connection, need: NeedsLease,
                settings: Settings) -> tuple[GatewayError, WindowKey, Verdict] | None:
     """Take escrow lease slices for ``need`` (on a connection outside any transaction;
     :func:`app.budgets.escrow.take`): ``None`` (admit again: the lease can pay now), or
-    the exhausted budget's refusal (403 ``budget_exhausted``), its window and verdict."""
+    the exhausted budget's refusal (400 ``budget_exhausted``), its window and verdict."""
     verdict, refused = await escrow.take(conn, need, settings.budget_lease_s, settings.budget_lease_requests)
     if refused is None:
         return None

@@ -10,7 +10,7 @@ limits (:mod:`app.admission.limits`, :mod:`app.admission.ceiling`):
   ``cost + reserved + worst > cost_limit_usd``: held (it fits once the reservations in
   flight settle: the request waits, like a task's own); else admitted.
 
-Exhausted wins over held anywhere in the chain. An exhausted budget refuses with 403
+Exhausted wins over held anywhere in the chain. An exhausted budget refuses with 400
 ``budget_exhausted`` (:func:`budget_exhausted`): the task is **not** latched (it is not
 running away; the budget ran out) and nothing is counted; it goes on when the window
 rolls over or an operator raises the limit.
@@ -26,7 +26,7 @@ from typing import Any
 
 from app.admission.ceiling import Decision, decide, retry_after_s
 from app.admission.cost import dollars
-from app.errors import GatewayError
+from app.errors import STOP_STATUS, GatewayError
 
 #: ``error.type`` and ``error.code`` of a refusal by an exhausted budget.
 BUDGET_EXHAUSTED = "budget_exhausted"
@@ -87,7 +87,7 @@ def exhausted_sentence(verdict: Verdict) -> str:
 
 
 def budget_exhausted(task_id: str, verdict: Verdict) -> GatewayError:
-    """403 ``budget_exhausted``: the budget ``verdict.budget_id`` ran out of
+    """400 (:data:`app.errors.STOP_STATUS`) ``budget_exhausted``: the budget ``verdict.budget_id`` ran out of
     ``verdict.what``; names ``resets_at`` for a windowed budget (also in the headers
     ``x-taskgate-budget`` and ``x-taskgate-budget-resets-at``). Not retried."""
     resets = verdict.resets_at
@@ -97,7 +97,7 @@ def budget_exhausted(task_id: str, verdict: Verdict) -> GatewayError:
     if resets is not None:
         headers["x-taskgate-budget-resets-at"] = resets.isoformat().replace("+00:00", "Z")
     return GatewayError(
-        403, BUDGET_EXHAUSTED, BUDGET_EXHAUSTED,
+        STOP_STATUS, BUDGET_EXHAUSTED, BUDGET_EXHAUSTED,
         f"Budget '{verdict.budget_id}' of task '{task_id}' is exhausted ({verdict.what}): "
         f"{exhausted_sentence(verdict)}.{when} The task is not stopped; nothing was forwarded or counted.",
         headers)

@@ -20,7 +20,7 @@ window's row lock:
    is computed again;
 3. a window still without one free request after the reclaim is truly exhausted:
    every request of its limit is admitted or being admitted; the request is refused
-   with 403 ``budget_exhausted``.
+   with 400 ``budget_exhausted``.
 
 A request is therefore refused only when the budget is exhausted counting what other
 slices held, and a lease of a dead gateway holds nothing anyone needs: the first take
