@@ -1,33 +1,61 @@
 """The gateway process's periodic maintenance jobs, started with the app and cancelled
 when it stops: the reservation sweep (:mod:`app.admission.reservations`), the budget lease
-sweep (:mod:`app.budgets.escrow`) and retention
-(:mod:`app.retention`). Every job is
-safe to run in every process of every replica at once."""
+sweep (:mod:`app.budgets.escrow`) and retention (:mod:`app.retention`). Every job is safe
+to run in every process of every replica at once. A run that fails is reported and the
+job goes on: one fault-log line per outage when the database cannot be reached
+(:mod:`app.fault_log`), a traceback for anything else.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from app.admission.reservations import sweep_forever
+from app import retention
+from app.admission import reservations
 from app.budgets import escrow
+from app.db.errors import database_unreachable
+from app.fault_log import faults
 from app.proxy import json_offload
-from app.retention import prune_forever
 from app.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+async def every(name: str, interval_s: float, run: Callable[[], Awaitable[object]], *,
+                at_start: bool = False) -> None:
+    """``run()`` every ``interval_s`` seconds (first at once with ``at_start``, else after
+    one interval) until cancelled; a failed run waits for the next."""
+    if not at_start:
+        await asyncio.sleep(interval_s)
+    while True:
+        try:
+            await run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the next run tries again
+            if database_unreachable(exc):
+                faults.report(name, f"database unavailable; the {name} runs again in {interval_s:g} s", exc)
+            else:
+                logger.exception("%s failed; it runs again in %s s", name, interval_s)
+        await asyncio.sleep(interval_s)
 
 
 def start(pool: asyncpg.Pool, settings: Settings) -> list[asyncio.Task[None]]:
-    """Start the jobs in force (a sweep interval of 0 turns the sweep off)."""
-    jobs = []
+    """Start the jobs in force (a sweep interval of 0 turns the sweeps off; retention runs
+    when ``retention_days`` is set or ledger compaction is on)."""
+    jobs: list[tuple[str, float, Callable[[], Awaitable[object]], bool]] = []
     if settings.reservation_sweep_s > 0:
-        jobs.append(asyncio.create_task(sweep_forever(pool, settings), name="reservation sweep"))
-        jobs.append(asyncio.create_task(escrow.sweep_forever(pool, settings), name="budget lease sweep"))
+        jobs.append(("reservation sweep", settings.reservation_sweep_s, lambda: reservations.sweep(pool), False))
+        jobs.append(("budget lease sweep", settings.reservation_sweep_s, lambda: escrow.sweep(pool), False))
     if settings.retention_days is not None or settings.ledger_keep_per_conversation > 0:
-        jobs.append(asyncio.create_task(prune_forever(pool, settings, settings.retention_interval_s),
-                                        name="retention"))
-    return jobs
+        jobs.append(("retention", settings.retention_interval_s, lambda: retention.run(pool, settings), True))
+    return [asyncio.create_task(every(name, interval, run, at_start=at_start), name=name)
+            for name, interval, run, at_start in jobs]
 
 
 async def stop(jobs: list[asyncio.Task[None]]) -> None:

@@ -29,13 +29,10 @@ history half-compacted. The counts stay: ``tasks.tool_calls`` and each conversat
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 import asyncpg
 
-from app.db.errors import database_unreachable
-from app.fault_log import faults
 from app.guard.detector import window_size
 from app.guard.policy import Policy
 from app.settings import Settings
@@ -45,8 +42,6 @@ logger = logging.getLogger(__name__)
 
 #: Tasks deleted per transaction.
 BATCH = 100
-#: Seconds between runs of the background job.
-INTERVAL_S = 3600.0
 #: Ledger rows deleted per transaction, and tasks looked at per candidate query.
 COMPACT_BATCH = 1000
 
@@ -139,19 +134,9 @@ async def compact(pool: asyncpg.Pool, settings: Settings) -> int:
     return deleted
 
 
-async def prune_forever(pool: asyncpg.Pool, settings: Settings, interval_s: float = INTERVAL_S) -> None:
-    """:func:`prune` with ``retention_days`` and :func:`compact`, now and every
-    ``interval_s`` until cancelled."""
-    while True:
-        try:
-            if settings.retention_days is not None:
-                await prune(pool, settings.retention_days)
-            await compact(pool, settings)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the next run tries again
-            if database_unreachable(exc):
-                faults.report("retention", "database unavailable; pruning later", exc)
-            else:
-                logger.exception("retention: pruning failed; retried in %s s", interval_s)
-        await asyncio.sleep(interval_s)
+async def run(pool: asyncpg.Pool, settings: Settings) -> None:
+    """One run of the job: :func:`prune` with ``retention_days`` (when set), then
+    :func:`compact`."""
+    if settings.retention_days is not None:
+        await prune(pool, settings.retention_days)
+    await compact(pool, settings)

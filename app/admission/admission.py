@@ -61,7 +61,7 @@ from app.admission import turn as agent_turn
 from app.admission.charge import Charge, charge_refusal
 from app import events
 from app.admission.holds import POLL_INTERVAL_S, holds
-from app.admission.limits import limit_breach
+from app.admission.limits import ADMISSIBLE, COUNT_REQUEST, limit_breach
 from app.admission.refusals import count_refusal, log_refusal, stop_refusal
 from app.budgets import ledger as budget_ledger
 from app.budgets import windows
@@ -79,28 +79,9 @@ from app.task import Task
 
 logger = logging.getLogger(__name__)
 
-FAST_ADMIT = """
-    UPDATE tasks
-       SET admitted_requests = admitted_requests + 1,
-           first_admitted_at = COALESCE(first_admitted_at, now()),
-           updated_at = now()
-     WHERE token_hash = $1
-       AND status = 'active'
-       AND admitted_requests < request_limit
-       AND (token_limit IS NULL OR input_tokens + output_tokens < token_limit)
-       AND (max_duration_s IS NULL OR first_admitted_at IS NULL
-            OR now() < first_admitted_at + max_duration_s * interval '1 second')
-       AND cost_limit_usd IS NULL AND allowed_models IS NULL
-       AND conversation_request_limit IS NULL AND conversation_max_duration_s IS NULL
-       AND budget_id IS NULL
-    RETURNING *
-"""
+FAST_ADMIT = f"UPDATE tasks SET {COUNT_REQUEST} WHERE token_hash = $1 AND {ADMISSIBLE} AND budget_id IS NULL RETURNING *"
 _READ_TASK = "SELECT * FROM tasks WHERE id = $1"
-_COUNT = (
-    "UPDATE tasks SET admitted_requests = admitted_requests + 1, reserved_usd = reserved_usd + $2,"
-    " first_admitted_at = COALESCE(first_admitted_at, now()), updated_at = now()"
-    " WHERE id = $1 RETURNING *"
-)
+_COUNT = f"UPDATE tasks SET {COUNT_REQUEST}, reserved_usd = reserved_usd + $2 WHERE id = $1 RETURNING *"
 
 
 @dataclass(slots=True)

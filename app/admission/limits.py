@@ -1,5 +1,6 @@
-"""Pure limit checks for admission. Mirrors the ``WHERE`` clause of the fast path in
-:mod:`app.admission.admission` exactly; a test keeps the two in step."""
+"""Pure limit checks for admission, and the same rule in SQL for the one-statement paths
+(:data:`ADMISSIBLE`: the fast path of :mod:`app.admission.admission` and the budget lease
+paths of :mod:`app.budgets.escrow`); a test keeps the two in step."""
 
 from __future__ import annotations
 
@@ -10,6 +11,22 @@ from typing import Any, Mapping
 from app.admission.cost import dollars
 from app.guard.detector import explain
 from app.task import Task
+
+#: The rule of a one-statement admission, on the task row it counts: active, under its
+#: request, token and duration limits (:func:`limit_breach` without dollars), and none of
+#: the settings only the locked path decides (a dollar ceiling, allowed models, the
+#: conversation ceilings). SQL, for a ``WHERE`` clause.
+ADMISSIBLE = (
+    "status = 'active' AND admitted_requests < request_limit"
+    " AND (token_limit IS NULL OR input_tokens + output_tokens < token_limit)"
+    " AND (max_duration_s IS NULL OR first_admitted_at IS NULL"
+    " OR now() < first_admitted_at + max_duration_s * interval '1 second')"
+    " AND cost_limit_usd IS NULL AND allowed_models IS NULL"
+    " AND conversation_request_limit IS NULL AND conversation_max_duration_s IS NULL"
+)
+#: The ``SET`` of a counted request (its first admission starts ``max_duration_s``).
+COUNT_REQUEST = ("admitted_requests = admitted_requests + 1,"
+                 " first_admitted_at = COALESCE(first_admitted_at, now()), updated_at = now()")
 
 
 def limit_breach(task: Task, now: datetime,

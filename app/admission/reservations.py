@@ -24,7 +24,6 @@ owner, and those of gone owners at once.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
@@ -37,8 +36,6 @@ from functools import lru_cache
 import asyncpg
 import psutil
 
-from app.db.errors import database_unreachable
-from app.fault_log import faults
 from app.guard.policy import Policy
 from app.settings import Settings
 
@@ -198,18 +195,3 @@ async def release_task(pool: asyncpg.Pool, task_id: str) -> Released:
     """Release ``task_id``'s holds past their deadline, and those of gone owners."""
     return await _release(pool, task_id, "released_by_admin")
 
-
-async def sweep_forever(pool: asyncpg.Pool, settings: Settings) -> None:
-    """:func:`sweep` every ``reservation_sweep_s`` until cancelled; failures are
-    reported by the fault log (one line per outage), never raised."""
-    while True:
-        await asyncio.sleep(settings.reservation_sweep_s)
-        try:
-            await sweep(pool)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a sweep that fails waits for the next
-            if database_unreachable(exc):
-                faults.report("reservation sweep", "database unavailable; holds are swept later", exc)
-            else:
-                logger.exception("reservation sweep failed; retried in %s s", settings.reservation_sweep_s)

@@ -35,10 +35,8 @@ reclaimed by the first take that finds the window short, and folded back by the 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import itertools
-import logging
 import os
 import secrets
 import socket
@@ -49,14 +47,11 @@ from typing import Any
 import asyncpg
 
 from app.admission.ceiling import Decision
+from app.admission.limits import ADMISSIBLE, COUNT_REQUEST
 from app.budgets import slices, windows
 from app.budgets.rules import Verdict, chain_verdict, window_verdict
-from app.db.errors import database_unreachable
 from app.db.pool import relaxed
-from app.fault_log import faults
 from app.settings import Settings
-
-logger = logging.getLogger(__name__)
 
 #: A budget's window: ``(budget_id, window_start)``.
 WindowKey = tuple[str, datetime]
@@ -146,15 +141,8 @@ LEASE_SPENT = ("(SELECT COALESCE(sum(l.spent), 0)::bigint FROM budget_leases l"
 #: nothing is written, and the locked path decides.
 _FAST = """
     WITH counted AS (
-        UPDATE tasks SET admitted_requests = admitted_requests + 1,
-               first_admitted_at = COALESCE(first_admitted_at, now()), updated_at = now()
-         WHERE {column} = $1 AND status = 'active' AND budget_id = $4
-           AND admitted_requests < request_limit
-           AND (token_limit IS NULL OR input_tokens + output_tokens < token_limit)
-           AND (max_duration_s IS NULL OR first_admitted_at IS NULL
-                OR now() < first_admitted_at + max_duration_s * interval '1 second')
-           AND cost_limit_usd IS NULL AND allowed_models IS NULL
-           AND conversation_request_limit IS NULL AND conversation_max_duration_s IS NULL
+        UPDATE tasks SET {COUNT_REQUEST}
+         WHERE {column} = $1 AND budget_id = $4 AND {ADMISSIBLE}
         RETURNING *),
     paid AS (
         UPDATE budget_leases l SET spent = l.spent + 1
@@ -177,15 +165,8 @@ _FAST = """
 #: path). Returns the chain's ids too, for :func:`remember`.
 _FIRST_SIGHT = """
     WITH RECURSIVE counted AS (
-        UPDATE tasks SET admitted_requests = admitted_requests + 1,
-               first_admitted_at = COALESCE(first_admitted_at, now()), updated_at = now()
-         WHERE {column} = $1 AND status = 'active'
-           AND admitted_requests < request_limit
-           AND (token_limit IS NULL OR input_tokens + output_tokens < token_limit)
-           AND (max_duration_s IS NULL OR first_admitted_at IS NULL
-                OR now() < first_admitted_at + max_duration_s * interval '1 second')
-           AND cost_limit_usd IS NULL AND allowed_models IS NULL
-           AND conversation_request_limit IS NULL AND conversation_max_duration_s IS NULL
+        UPDATE tasks SET {COUNT_REQUEST}
+         WHERE {column} = $1 AND {ADMISSIBLE}
         RETURNING *),
     up AS (
         SELECT b.id, b.parent_id, b.depth, b.request_limit, b.token_limit, b.cost_limit_usd
@@ -208,10 +189,11 @@ _FIRST_SIGHT = """
      WHERE CASE WHEN (SELECT count(*) FROM paid) < (SELECT count(*) FROM up)
                 THEN taskgate_abort('a budget lease of the chain cannot pay') ELSE true END
 """
-FIRST_BY_TOKEN = _FIRST_SIGHT.format(column="token_hash")
-FIRST_BY_ID = _FIRST_SIGHT.format(column="id")
-FAST_BY_TOKEN = _FAST.format(column="token_hash")
-FAST_BY_ID = _FAST.format(column="id")
+_RULE = {"ADMISSIBLE": ADMISSIBLE, "COUNT_REQUEST": COUNT_REQUEST}
+FIRST_BY_TOKEN = _FIRST_SIGHT.format(column="token_hash", **_RULE)
+FIRST_BY_ID = _FIRST_SIGHT.format(column="id", **_RULE)
+FAST_BY_TOKEN = _FAST.format(column="token_hash", **_RULE)
+FAST_BY_ID = _FAST.format(column="id", **_RULE)
 #: Lease rows examined per sweep.
 SWEEP_BATCH = 500
 
@@ -368,18 +350,3 @@ async def sweep(pool: asyncpg.Pool) -> int:
                                           [r["window_start"] for r in locked])
         return folded
 
-
-async def sweep_forever(pool: asyncpg.Pool, settings: Settings) -> None:
-    """:func:`sweep` every ``reservation_sweep_s`` until cancelled; failures are reported
-    by the fault log (one line per outage), never raised."""
-    while True:
-        await asyncio.sleep(settings.reservation_sweep_s)
-        try:
-            await sweep(pool)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a sweep that fails waits for the next
-            if database_unreachable(exc):
-                faults.report("budget lease sweep", "database unavailable; leases are folded later", exc)
-            else:
-                logger.exception("budget lease sweep failed; retried in %s s", settings.reservation_sweep_s)
