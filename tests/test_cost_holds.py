@@ -9,7 +9,6 @@ import json
 import time
 from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
 
 import httpx
 import openai
@@ -19,21 +18,11 @@ from app.admission.cost import REQUEST_OVERHEAD_TOKENS, actual_usd, reservation_
 from app.config.schema import Price
 from app.testing.upstream import UpstreamServer
 from app.wire.base import Usage
-from tests.support import Admin, GatewayProcess
+from tests.support import Admin, GatewayProcess, priced_config, started
 
 MODEL = "pricey-model"  # $1,000 per MTok in and out: a small request reserves about $1.2
 PRICE = Price(input_per_mtok=1000, output_per_mtok=1000)
 MAX_TOKENS = 100
-CONFIG = """
-providers:
-  main:
-    kind: openai
-    base_url: {upstream}/v1
-models:
-  - name: {model}
-    provider: main
-    price: {{input_per_mtok: 1000, output_per_mtok: 1000}}
-"""
 
 
 def _body(max_tokens: int = MAX_TOKENS) -> bytes:
@@ -46,25 +35,12 @@ def _worst(body: bytes, max_tokens: int = MAX_TOKENS) -> Decimal:
 
 
 @pytest.fixture(scope="module")
-def pricey() -> Iterator[UpstreamServer]:
-    with UpstreamServer() as server:
-        yield server
-
-
-@pytest.fixture(autouse=True)
-def _reset(pricey: UpstreamServer) -> None:
-    pricey.reset()
-
-
-@pytest.fixture(scope="module")
-def gateways(database_url: str, pricey: UpstreamServer, tmp_path_factory: pytest.TempPathFactory
-             ) -> Iterator[tuple[GatewayProcess, GatewayProcess]]:
-    path = Path(tmp_path_factory.mktemp("config")) / "taskgate.yaml"
-    path.write_text(CONFIG.format(upstream=pricey.base_url, model=MODEL))
+def gateways(database_url: str, priced_upstream: UpstreamServer, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[list[GatewayProcess]]:
+    path = priced_config(tmp_path_factory.mktemp("config"), priced_upstream.base_url, MODEL, 1000)
     env = {"TASKGATE_CONFIG": str(path), "TASKGATE_MAX_UNFINISHED_PER_CLIENT": "0"}  # all clients: 127.0.0.1
-    with GatewayProcess(database_url, pricey.base_url, **env) as one, \
-            GatewayProcess(database_url, pricey.base_url, **env) as two:
-        yield one, two
+    with started([GatewayProcess(database_url, priced_upstream.base_url, **env) for _ in range(2)]) as procs:
+        yield procs
 
 
 def _holds(gateway: GatewayProcess, outcome: str) -> float:
@@ -92,14 +68,14 @@ async def _burst(urls: list[str], token: str, bodies: list[bytes]) -> list[httpx
             for i, body in enumerate(bodies)))
 
 
-def test_a_burst_of_parallel_requests_waits_for_holds_and_never_latches(gateways, pricey: UpstreamServer) -> None:
+def test_a_burst_of_parallel_requests_waits_for_holds_and_never_latches(gateways, priced_upstream: UpstreamServer) -> None:
     one, two = gateways
     admin = Admin(one.url)
     body = _body()
     worst = _worst(body)
     assert 4 * worst <= 5 < 5 * worst  # about 4 fit at once, the 5th would have latched the task
     task_id, token = admin.create_task(request_limit=10_000, cost_limit_usd=5.0)
-    pricey.script("delay", delay_s=0.3, input_tokens=10, output_tokens=3)  # $0.013 each
+    priced_upstream.script("delay", delay_s=0.3, input_tokens=10, output_tokens=3)  # $0.013 each
     responses = asyncio.run(_burst([one.url, two.url], token, [body] * 60))
     assert [r.status_code for r in responses] == [200] * 60, [r.text for r in responses if r.status_code != 200]
     task = _settled(admin, task_id)
@@ -107,19 +83,19 @@ def test_a_burst_of_parallel_requests_waits_for_holds_and_never_latches(gateways
     each = actual_usd(PRICE, Usage(input_tokens=10, output_tokens=3))
     assert Decimal(str(task["cost_usd"])) == pytest.approx(each * 60)
     assert Decimal(str(task["cost_usd"])) <= 5 and Decimal(str(task["reserved_usd"])) == 0
-    assert len(pricey.requests) == 60
+    assert len(priced_upstream.requests) == 60
     assert _holds(one, "admitted") + _holds(two, "admitted") > 0  # they waited, and were admitted
 
 
-def test_a_request_whose_worst_case_alone_passes_the_rest_of_the_ceiling_latches_at_once(gateways, pricey: UpstreamServer) -> None:
+def test_a_request_whose_worst_case_alone_passes_the_rest_of_the_ceiling_latches_at_once(gateways, priced_upstream: UpstreamServer) -> None:
     one, two = gateways
     admin = Admin(one.url)
     task_id, token = admin.create_task(cost_limit_usd=3.0)
-    pricey.script("text", input_tokens=1000, output_tokens=0)  # settles at $1.00
+    priced_upstream.script("text", input_tokens=1000, output_tokens=0)  # settles at $1.00
     oa = openai.OpenAI(base_url=one.url + "/v1", api_key=token, max_retries=0)
     oa.chat.completions.create(model=MODEL, max_tokens=MAX_TOKENS, messages=[{"role": "user", "content": "hi"}])
     assert Decimal(str(_settled(admin, task_id)["cost_usd"])) == 1
-    pricey.script("delay", delay_s=4.0, input_tokens=10, output_tokens=3)
+    priced_upstream.script("delay", delay_s=4.0, input_tokens=10, output_tokens=3)
     big = _body(max_tokens=1500)  # worst case ~$2.6 > the $2.00 left, whatever is in flight
 
     async def run_checked() -> tuple[httpx.Response, httpx.Response, bool]:
@@ -146,12 +122,12 @@ def test_a_request_whose_worst_case_alone_passes_the_rest_of_the_ceiling_latches
     assert "held by requests in flight" in task["stop_message"]
 
 
-def test_a_wait_that_times_out_is_a_429_cost_reserved_not_counted(gateways, pricey: UpstreamServer) -> None:
+def test_a_wait_that_times_out_is_a_429_cost_reserved_not_counted(gateways, priced_upstream: UpstreamServer) -> None:
     one, two = gateways
     admin = Admin(one.url)
     task_id, token = admin.create_task(cost_limit_usd=2.0, cost_wait_s=0.5)
     assert admin.task(task_id)["cost_wait_s"] == 0.5
-    pricey.script("delay", delay_s=5.0, input_tokens=10, output_tokens=3)
+    priced_upstream.script("delay", delay_s=5.0, input_tokens=10, output_tokens=3)
 
     async def run() -> tuple[httpx.Response, httpx.Response]:
         async with httpx.AsyncClient(timeout=60) as client:
@@ -172,5 +148,5 @@ def test_a_wait_that_times_out_is_a_429_cost_reserved_not_counted(gateways, pric
     assert slow.status_code == 200
     task = _settled(admin, task_id)
     assert (task["status"], task["admitted_requests"], task["refused_requests"]) == ("active", 1, 0)
-    assert len(pricey.requests) == 1
+    assert len(priced_upstream.requests) == 1
     assert _holds(two, "timed_out") >= 1

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from concurrent.futures import ThreadPoolExecutor
 from typing import Iterator
 
 import httpx
@@ -18,7 +17,7 @@ import pytest
 
 from tests.databases import empty_database
 from tests.pgbouncer import NOT_INSTALLED, pgbouncer, pgbouncer_binary
-from tests.support import Admin, GatewayProcess
+from tests.support import Admin, GatewayProcess, started
 
 pytestmark = [pytest.mark.skipif(pgbouncer_binary() is None, reason=NOT_INSTALLED),
               pytest.mark.timeout(900)]  # 3,000 requests on one row lock, on a loaded machine
@@ -34,17 +33,11 @@ def gateways(database_url, upstream) -> Iterator[list[GatewayProcess]]:
         # 3,000 requests queue on one task's row lock on a loaded 2-core machine: generous
         # database and header timeouts, so that a slow queue is not taken for an outage
         # (503) or a slow client (connection closed)
-        procs = [GatewayProcess(bounced, upstream.base_url, TASKGATE_MIGRATE_ON_START="true",
-                                TASKGATE_MIGRATION_DATABASE_URL=direct, TASKGATE_DATABASE_TIMEOUT_S="60",
-                                TASKGATE_HEADER_TIMEOUT_S="120", TASKGATE_BODY_TIMEOUT_S="120")
-                 for _ in range(3)]
-        try:
-            with ThreadPoolExecutor(3) as pool:
-                list(pool.map(lambda gw: gw.start(timeout=60), procs))
+        with started([GatewayProcess(bounced, upstream.base_url, TASKGATE_MIGRATE_ON_START="true",
+                                     TASKGATE_MIGRATION_DATABASE_URL=direct, TASKGATE_DATABASE_TIMEOUT_S="60",
+                                     TASKGATE_HEADER_TIMEOUT_S="120", TASKGATE_BODY_TIMEOUT_S="120")
+                      for _ in range(3)]) as procs:
             yield procs
-        finally:
-            for gw in procs:
-                gw.stop()
 
 
 def _chat(i: int, tool_result: bool) -> dict:
