@@ -31,11 +31,12 @@ def gateways(database_url, upstream) -> Iterator[list[GatewayProcess]]:
     over the direct URL) at the same time."""
     with empty_database(database_url) as direct, pgbouncer(direct) as bounced:
         # 3,000 requests queue on one task's row lock on a loaded 2-core machine: generous
-        # database and header timeouts, so that a slow queue is not taken for an outage
-        # (503) or a slow client (connection closed)
+        # database, first-byte and header timeouts, so that a slow queue is not taken for an
+        # outage (503) or a slow client (connection closed)
         with started([GatewayProcess(bounced, upstream.base_url, TASKGATE_MIGRATE_ON_START="true",
                                      TASKGATE_MIGRATION_DATABASE_URL=direct, TASKGATE_DATABASE_TIMEOUT_S="60",
-                                     TASKGATE_HEADER_TIMEOUT_S="120", TASKGATE_BODY_TIMEOUT_S="120")
+                                     TASKGATE_FIRST_BYTE_TIMEOUT_S="120", TASKGATE_HEADER_TIMEOUT_S="120",
+                                     TASKGATE_BODY_TIMEOUT_S="120")
                       for _ in range(3)]) as procs:
             yield procs
 
