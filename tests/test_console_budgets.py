@@ -48,7 +48,7 @@ def fleet(gateway, admin, upstream):
     upstream.script("text", input_tokens=1_000_000, output_tokens=100_000)  # $0.21 each
     for _ in range(3):
         client.chat.completions.create(model="gpt-4o-mini", messages=USER, max_tokens=64)
-    with pytest.raises(openai.PermissionDeniedError):  # 403 budget_exhausted
+    with pytest.raises(openai.BadRequestError):  # 400 budget_exhausted
         client.chat.completions.create(model="gpt-4o-mini", messages=USER, max_tokens=64)
     upstream.reset()
     for i in range(55):
