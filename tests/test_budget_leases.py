@@ -5,12 +5,11 @@ ceiling gets the default output maximum added to its forwarded body."""
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import asyncpg
 import httpx
@@ -18,9 +17,8 @@ import openai
 import pytest
 
 from app.budgets import slices
-from app.db.pool import asyncpg_dsn
 from app.testing.upstream import UpstreamServer
-from tests.support import ADMIN_TOKEN, GatewayProcess
+from tests.support import ADMIN_TOKEN, GatewayProcess, sql
 
 MODEL = "lease-model"
 CONFIG = """
@@ -37,16 +35,6 @@ models:
 LEASE_S = 2.0
 #: Generous: the last requests of a budget queue on its window row on a loaded 2-core machine.
 SLOW_OK = {"TASKGATE_DATABASE_TIMEOUT_S": "60"}
-
-
-def _sql(database_url: str, query: str, *args: Any) -> list[asyncpg.Record]:
-    async def run() -> list[asyncpg.Record]:
-        conn = await asyncpg.connect(asyncpg_dsn(database_url))
-        try:
-            return await conn.fetch(query, *args)
-        finally:
-            await conn.close()
-    return asyncio.run(run())
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +90,7 @@ def _victim(database_url: str, upstream: UpstreamServer, config_path: Path, leas
 
 
 def _window(database_url: str, budget: str) -> asyncpg.Record:
-    return _sql(database_url, "SELECT * FROM budget_windows WHERE budget_id = $1", budget)[0]
+    return sql(database_url, "SELECT * FROM budget_windows WHERE budget_id = $1", budget)[0]
 
 
 def test_slices_shrink_near_the_limit_and_reclaim_only_when_nothing_is_free() -> None:
@@ -136,7 +124,7 @@ def test_a_killed_gateways_lease_comes_back_after_its_expiry(database_url, lease
     victim = _victim(database_url, lease_upstream, config_path, LEASE_S)
     try:
         assert _chat(victim.url, token).status_code == 200
-        lease = _sql(database_url, "SELECT * FROM budget_leases WHERE budget_id = $1", budget)
+        lease = sql(database_url, "SELECT * FROM budget_leases WHERE budget_id = $1", budget)
         assert [(r["granted"], r["spent"]) for r in lease] == [(32, 1)]  # min(32, 1000 // 16)
         assert lease[0]["holder"].split(":")[1] == str(victim.proc.pid)  # the gateway's slot holds it
         assert _window(database_url, budget)["leased_requests"] == 32
@@ -146,7 +134,7 @@ def test_a_killed_gateways_lease_comes_back_after_its_expiry(database_url, lease
         victim.proc.kill()  # kill -9 with the lease out
         victim.proc.wait()
     deadline = time.monotonic() + LEASE_S + 20
-    while _sql(database_url, "SELECT 1 FROM budget_leases WHERE budget_id = $1", budget):
+    while sql(database_url, "SELECT 1 FROM budget_leases WHERE budget_id = $1", budget):
         assert time.monotonic() < deadline, "the dead gateway's lease was never folded back"
         time.sleep(0.2)
     window = _window(database_url, budget)
@@ -164,7 +152,7 @@ def test_a_killed_gateways_lease_is_reclaimed_when_the_budget_runs_short(databas
     victim = _victim(database_url, lease_upstream, config_path, 600.0)  # its lease outlives the test
     try:
         assert _chat(victim.url, victim_token).status_code == 200
-        lease = _sql(database_url, "SELECT granted, spent FROM budget_leases WHERE budget_id = $1", budget)
+        lease = sql(database_url, "SELECT granted, spent FROM budget_leases WHERE budget_id = $1", budget)
         assert [tuple(r) for r in lease] == [(4, 1)]  # 64 // 16
     finally:
         victim.proc.kill()

@@ -47,14 +47,7 @@ class FairPool(asyncpg.Pool):
             self._turns.release()
 
     async def _take(self, timeout: float | None) -> asyncpg.Connection:
-        if timeout is None:
-            await self._turns.acquire()
-            try:
-                return await super().acquire()
-            except BaseException:
-                self._turns.release()
-                raise
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout):  # None: no deadline
             await self._turns.acquire()
             try:
                 return await super().acquire()
