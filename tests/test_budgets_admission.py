@@ -19,7 +19,7 @@ import pytest
 
 from app.testing.upstream import UpstreamServer
 from tests.pgbouncer import NOT_INSTALLED, pgbouncer, pgbouncer_binary
-from tests.support import ADMIN_TOKEN, GatewayProcess, priced_config, started
+from tests.support import ADMIN_TOKEN, GatewayProcess, priced_config, sql, started
 
 pytestmark = [pytest.mark.skipif(pgbouncer_binary() is None, reason=NOT_INSTALLED), pytest.mark.timeout(900)]
 
@@ -127,20 +127,9 @@ def test_nested_request_limits_on_escrow_leases_admit_exactly_the_team_limit(gat
     assert team_now["admitted_requests"] == 300 and project_now["admitted_requests"] <= 200
     tasks = api.get("/admin/tasks", params={"budget": project, "limit": 1000}).json()["data"]
     assert sum(t["admitted_requests"] for t in tasks) == project_now["admitted_requests"]
-    leases = asyncio.run(_leases(database_url, team))
+    leases = sql(database_url, "SELECT count(DISTINCT split_part(holder, ':', 2)) FROM budget_leases"
+                 " WHERE budget_id = $1", team)[0][0]
     assert leases >= 3  # leases of each gateway's slots paid for the requests
-
-
-async def _leases(database_url: str, budget_id: str) -> int:
-    import asyncpg
-
-    from app.db.pool import asyncpg_dsn
-    conn = await asyncpg.connect(asyncpg_dsn(database_url))
-    try:
-        return await conn.fetchval("SELECT count(DISTINCT split_part(holder, ':', 2)) FROM budget_leases"
-                                   " WHERE budget_id = $1", budget_id)
-    finally:
-        await conn.close()
 
 
 def test_nested_dollar_ceilings_settle_within_each_ceiling(gateways, priced_upstream) -> None:
