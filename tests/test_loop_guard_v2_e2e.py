@@ -40,6 +40,24 @@ def test_without_the_default_normalisers_the_envelope_hides_the_loop(gateway, ad
     assert admin.task(task_id)["status"] == "active"
 
 
+def test_a_loop_guard_changed_mid_run_applies_to_the_next_request(gateway, admin, upstream):
+    """The gateway fingerprints a request's results under the task's ``loop_guard`` as it
+    last saw it, without a lookup; admission compares it with the locked row, so an
+    operator's change applies to the next request (the default normalisers back on: the
+    envelope no longer hides the loop)."""
+    task_id, token = admin.create_task(loop_guard={"result_normalizer_defaults": False})
+    upstream.script("tool_call", name="exec_command", arguments={"cmd": "ls -la"})
+    step = responses_agent(gateway, token, stream=False, result=codex_result)
+    for _ in range(6):
+        step()
+    assert admin.task(task_id)["status"] == "active"
+    r = admin.http.patch(f"/admin/tasks/{task_id}", json={"loop_guard": {}})
+    assert r.status_code == 200, r.text
+    turns, _ = run_until_stopped(step)
+    assert turns <= 5
+    assert admin.task(task_id)["stop_reason"] == "repeated_tool_call"
+
+
 def test_operator_pattern_per_task(gateway, admin, upstream):
     task_id, token = admin.create_task(loop_guard={"result_normalizers": [r"build #\d+"]})
     upstream.script("tool_call", name="ci_status")

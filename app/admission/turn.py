@@ -115,6 +115,15 @@ def may_take(token_hash: str, settings: Settings) -> bool:
     return seen is None or eligible(seen[0])
 
 
+def last_locked(token_hash: str) -> Task | None:
+    """The task of ``token_hash`` as this process last locked it (``None``: not seen).
+    Its ``loop_guard`` configures a request's fingerprints before admission without a
+    lookup; admission compares that configuration with the locked row's and recomputes
+    when an operator changed it meanwhile."""
+    seen = _seen.get(token_hash)
+    return None if seen is None else seen[0]
+
+
 def eligible(task: Task) -> bool:
     """The columns ``taskgate_agent_turn()`` requires of a task (besides ``loop_guard``)."""
     return (task.active and task.cost_limit_usd is None and task.allowed_models is None and task.budget_id is None

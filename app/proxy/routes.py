@@ -37,6 +37,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from app import events
+from app.admission import turn as agent_turn
 from app.admission.admission import admit, authenticate
 from app.admission.charge import charge_for
 from app.admission.tokens import token_hash
@@ -218,8 +219,10 @@ async def proxy_post(request: Request) -> Response:
             calls, results = guard_calls(extract(turns, conv_key))  # the structured path wins
             guard = GuardRequest(conv_key, calls, results) if calls else None
         if guard is not None:  # fingerprinted here, off the event loop when large, not under the row lock
+            known = agent_turn.last_locked(hashed) if run_task is None else None
+            configured = known or await authenticate(pool, hashed, run_task)
             guard.prints = await fingerprints_off_loop(guard.tool_calls, guard.tool_results,
-                                                       config_for(await authenticate(pool, hashed, run_task), settings))
+                                                       config_for(configured, settings))
     elif isinstance(payload.get("model"), str):
         model = payload["model"]
     reservation, price, add_usage, charge = Decimal(0), None, False, None  # free endpoints cost nothing
