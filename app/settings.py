@@ -168,7 +168,7 @@ class Settings(BaseSettings):
         "0 in production. Tests and drills move a gateway into the next window with it.",
     )
     budget_lease_s: float = Field(60.0, gt=0, allow_inf_nan=False, description="Seconds an escrow lease lives.")
-    budget_lease_requests: int = Field(default=32, ge=1, description="Most requests one escrow lease take grants.")
+    budget_lease_requests: int = Field(default=256, ge=1, description="Most requests one escrow lease take grants.")
     # --- requests ---------------------------------------------------------------
     max_body_bytes: int = Field(
         default=32 * 1024 * 1024, description="Largest request body accepted (413 above)."

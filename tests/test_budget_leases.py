@@ -125,11 +125,11 @@ def test_a_killed_gateways_lease_comes_back_after_its_expiry(database_url, lease
     try:
         assert _chat(victim.url, token).status_code == 200
         lease = sql(database_url, "SELECT * FROM budget_leases WHERE budget_id = $1", budget)
-        assert [(r["granted"], r["spent"]) for r in lease] == [(32, 1)]  # min(32, 1000 // 16)
+        assert [(r["granted"], r["spent"]) for r in lease] == [(62, 1)]  # min(256, 1000 // 16)
         assert lease[0]["holder"].split(":")[1] == str(victim.proc.pid)  # the gateway's slot holds it
-        assert _window(database_url, budget)["leased_requests"] == 32
+        assert _window(database_url, budget)["leased_requests"] == 62
         current = api.get(f"/admin/budgets/{budget}").json()["current"]
-        assert (current["admitted_requests"], current["leased_requests"]) == (1, 31)
+        assert (current["admitted_requests"], current["leased_requests"]) == (1, 61)
     finally:
         victim.proc.kill()  # kill -9 with the lease out
         victim.proc.wait()
