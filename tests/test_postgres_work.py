@@ -1,8 +1,8 @@
-"""What PostgreSQL runs per admission, counted by ``pg_stat_statements`` on a private
-embedded cluster, directly and through PgBouncer in transaction mode: the fast path is
-one statement either way (PgBouncer adds no ``SET`` before each transaction), and the
-numbers ``docs/scaling.md`` builds on stay true; which commits wait for the disk, counted
-by ``pg_stat_io``."""
+"""What PostgreSQL runs per admission and per recorded response, counted by
+``pg_stat_statements`` on a private embedded cluster, directly and through PgBouncer in
+transaction mode: the fast path is one statement either way (PgBouncer adds no ``SET``
+before each transaction), and the numbers ``docs/scaling.md`` builds on stay true; which
+commits wait for the disk, counted by ``pg_stat_io``."""
 
 from __future__ import annotations
 
@@ -105,6 +105,51 @@ def test_an_agent_turn_admission_is_three_statements(routes, route):
     assert sum(calls.values()) == 3 * 20, calls
     assert sorted(q.split()[0].upper() for q in calls) == ["BEGIN", "COMMIT", "SELECT"], calls
     assert counted == {"admitted": 22, "tool_calls": 22, "completed": 22}, counted
+
+
+async def _responses_and_count(url: str, stats_url: str, n: int) -> tuple[dict[str, int], dict[str, object]]:
+    stats = await asyncpg.connect(asyncpg_dsn(stats_url))
+    try:
+        task_id = "tg-response-" + secrets.token_hex(8)
+        await stats.execute("INSERT INTO tasks (id, token_hash, request_limit) VALUES ($1, $2, 1000000)",
+                            task_id, token_hash(task_id))
+        settings = Settings(database_url=url, _env_file=None)  # type: ignore[call-arg]
+        pool = await create_pool(url, settings)
+
+        def response(i: int) -> ResponseSummary:  # an answer calling a tool (new call id), with usage
+            return ResponseSummary(tool_calls=[ToolCall(f"call_resp_{i}", "read_file", {"path": f"src/{i}.py"})],
+                                   usage=Usage(input_tokens=10, output_tokens=5), terminal_seen=True)
+
+        try:
+            for i in range(2):  # connections are set up
+                await record_response(pool, task_id, "s:work", response(-1 - i), settings)
+            await stats.execute("SELECT pg_stat_statements_reset()")
+            for i in range(n):
+                verdict = await record_response(pool, task_id, "s:work", response(i), settings)
+                assert verdict is not None and verdict.action is Action.OK, verdict
+        finally:
+            await pool.close()
+        calls = {r["query"]: r["calls"] for r in await stats.fetch(_CALLS)}
+        row = await stats.fetchrow("SELECT input_tokens + output_tokens AS tokens, tool_calls FROM tasks WHERE id = $1",
+                                   task_id)
+        pending = await stats.fetchval("SELECT count(*) FROM tool_calls WHERE task_id = $1 AND result_hash IS NULL",
+                                       task_id)
+        conversation = await stats.fetchval("SELECT tool_calls FROM conversations WHERE task_id = $1", task_id)
+        return calls, {"tokens": row["tokens"], "tool_calls": row["tool_calls"], "pending": pending,
+                       "conversation_calls": conversation}
+    finally:
+        await stats.close()
+
+
+@pytest.mark.parametrize("route", ["direct", "pgbouncer"])
+def test_a_response_with_tool_calls_is_three_statements(routes, route):
+    """A finished response carrying a new tool call and usage, no stop: ``BEGIN``, one
+    ``SELECT`` (lock, usage, ledger, counts, history window), ``COMMIT``; the counters and
+    the ledger hold what they always did."""
+    calls, counted = asyncio.run(_responses_and_count(routes[route], routes["stats"], 20))
+    assert sum(calls.values()) == 3 * 20, calls
+    assert sorted(q.split()[0].upper() for q in calls) == ["BEGIN", "COMMIT", "SELECT"], calls
+    assert counted == {"tokens": 22 * 15, "tool_calls": 22, "pending": 22, "conversation_calls": 22}, counted
 
 
 _WAL_FLUSHES = "SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_io WHERE object = 'wal'"  # PostgreSQL 18

@@ -12,7 +12,8 @@ seen again (every request resends the history) never counts twice: inserts are
   request may be forwarded.
 - :func:`record_response` runs when a response finishes: its tool calls enter the
   ledger as pending, usage is added to the task's counters, and the tool-call
-  ceilings are checked; an answer without tool calls extends or breaks the
+  ceilings are checked (one call of ``taskgate_record_response()``, migration 0011,
+  then the detector); an answer without tool calls extends or breaks the
   conversation's run of identical answers (``repeated_response``).
 
 Results are hashed after the result normaliser (:mod:`app.guard.normalize`), a
@@ -36,7 +37,7 @@ from app.db.bounds import ledger_text, storable_json
 from app.db.pool import RELAXED_COMMIT, relaxed
 from app.guard import conversations
 from app.guard.conversation_rules import answer_repeats, repeated_response
-from app.guard.detector import Action, CallRecord, Thresholds, Verdict, detect, window_size
+from app.guard.detector import MIN_WINDOW, Action, CallRecord, Thresholds, Verdict, detect, window_size
 from app.guard.fingerprint import arguments_hash
 from app.guard.preview import argument_preview
 from app.guard.normalize import Normalizer
@@ -87,6 +88,19 @@ _ADD_USAGE = (
     "   - CASE WHEN $6::bigint IS NULL OR held.n > 0 THEN $5::numeric ELSE 0 END"
     f" FROM {RELAXED_COMMIT}, (SELECT count(*) AS n FROM held) AS held WHERE tasks.id = $1"
 )
+# A response's tool calls (migration 0011): relaxed commit, task row lock, usage and
+# settlement (the hold row as in _ADD_USAGE), pending ledger rows, task and conversation
+# counts, the locked row after them and the conversation's window ($3 records, oldest first).
+_RECORD_RESPONSE = (
+    "SELECT (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS response_conversation_calls,"
+    " f.window_ids, f.window_names, f.window_arguments, f.window_results, f.window_errors, f.window_empty"
+    " FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS f"
+)
+_NO_COUNTERS = (0, 0, Decimal(0), Decimal(0))
+#: task id -> the history window its last response needed here (``""``: the last of any
+#: task). The window is read before the row is locked; a task whose ``loop_guard`` needs
+#: a wider one reads it again (one more statement), a narrower one keeps the newest part.
+_windows: dict[str, int] = {}
 
 
 def _counters(usage: Usage | None, settlement: Settlement | None) -> tuple[int, int, Decimal, Decimal] | None:
@@ -222,7 +236,12 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
                           reservation_id: int | None = None) -> Verdict | None:
     """Record a finished response: usage into the task's token counters and its
     ``settlement`` into its dollar counters (one statement), tool calls into the ledger
-    as pending; trip the latch when the tool-call ceiling is passed.
+    as pending; trip the latch when the detector says stop (e.g. the tool-call ceiling
+    was passed).
+
+    A response with tool calls is one transaction: ``BEGIN``, one ``SELECT`` of
+    ``taskgate_record_response()`` (migration 0011: lock, usage, ledger, counts and the
+    conversation's window), the detector in Python, the latch on a stop, ``COMMIT``.
 
     Returns the detector's verdict when tool calls were recorded, the
     ``repeated_response`` verdict for a text answer, else ``None``.
@@ -240,30 +259,45 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
                 return None
             return await _record_answer(conn, task_id, conversation_key, summary.text_sha256, settings,
                                         request_id, answer_repeats(seen_answer_sha256, summary.text_sha256))
-        async with conn.transaction():
-            await relaxed(conn)  # a latch set below makes this commit durable again
-            task = await task_rows.lock_task(conn, task_id=task_id)
-            if task is None:
+        window = _windows.get(task_id, _windows.get("", MIN_WINDOW))
+        async with conn.transaction():  # BEGIN, one SELECT, [the latch], COMMIT
+            row = await conn.fetchrow(_RECORD_RESPONSE, task_id, conversation_key, window, counters is not None,
+                                      *(counters or _NO_COUNTERS), reservation_id,
+                                      *call_rows(summary.tool_calls, None, settings.ledger_argument_preview))
+            if row is None:
                 return None
-            if counters is not None:
-                await conn.execute(_ADD_USAGE, task_id, *counters, reservation_id)
-            new_calls = await _insert_calls(conn, task_id, conversation_key, summary.tool_calls,
-                                            preview_chars=settings.ledger_argument_preview)
-            if not new_calls:
+            if not row["response_new_calls"]:
                 return Verdict(Action.OK)
-            total = await conn.fetchval(_COUNT_CALLS, task_id, new_calls)
+            task = Task.from_row(row)  # after the counts; the columns the policy reads are unchanged
             policy = Policy(task, settings)
             thresholds = policy.thresholds
-            conv_calls = await conversations.add_tool_calls(conn, task_id, conversation_key, new_calls,
-                                                            thresholds.conversation_tool_call_limit)
-            history = await _history(conn, task_id, conversation_key, thresholds)
-            verdict = _describe(detect(history, thresholds, task_tool_calls=total,
-                                       conversation_tool_calls=conv_calls),
-                                thresholds, conversation_key, policy.normalizer)
+            needed = _remember_window(task_id, window_size(thresholds))
+            if needed > window:  # its loop_guard changed since (or first seen here): read the wider window
+                history = await _history(conn, task_id, conversation_key, thresholds)
+            else:
+                history = [CallRecord(*r) for r in zip(row["window_ids"], row["window_names"], row["window_arguments"],
+                                                        row["window_results"], row["window_errors"],
+                                                        row["window_empty"])][-needed:]
+            verdict = judge(history, policy, conversation_key, policy.normalizer, task_tool_calls=task.tool_calls,
+                            conversation_tool_calls=row["response_conversation_calls"])
             if verdict.action is Action.STOP and task.active:
                 await task_rows.set_latch(conn, task_id, verdict.reason or "stopped", dict(verdict.detail),
                                           request_id=request_id)
             return verdict
+
+
+def _remember_window(task_id: str, needed: int) -> int:
+    """Keep the history window a task's response needed as the one its next response
+    (and a task not seen here yet: key ``""``) reads; returns ``needed``."""
+    if len(_windows) > 10_000:
+        _windows.clear()
+    _windows[task_id] = _windows[""] = needed
+    return needed
+
+
+def forget_windows() -> None:
+    """Drop the history windows remembered per task (tests)."""
+    _windows.clear()
 
 
 async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_key: str,
