@@ -12,7 +12,8 @@ does), runs the load, records the gateway with ``py-spy record`` and prints:
 
 The collapsed stacks are written to ``bench/results/profile-SCENARIO.txt`` (feed
 them to any flame-graph tool). py-spy is not a project dependency: it is looked for
-on ``PATH``, in ``bench/.venv-litellm/bin`` or given with ``--py-spy``
+on ``PATH``, beside the running interpreter (the venv's ``bin``), in
+``bench/.venv-litellm/bin`` or given with ``--py-spy``
 (``pip install py-spy``).
 """
 
@@ -76,7 +77,7 @@ def classify(frames: list[str]) -> str:
 
 
 def find_py_spy(explicit: str | None) -> str | None:
-    for candidate in (explicit, shutil.which("py-spy"),
+    for candidate in (explicit, shutil.which("py-spy"), str(Path(sys.executable).parent / "py-spy"),
                       str(Path(__file__).resolve().parent / ".venv-litellm" / "bin" / "py-spy")):
         if candidate and Path(candidate).exists():
             return candidate

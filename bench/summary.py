@@ -116,6 +116,8 @@ def _tool_turn(ix: Index, avail: list[str], cfg: Config, s: dict[str, Any]) -> N
                 "added_p99": agg(paired(p99, direct99, lambda a, b: a - b)),
                 "vs_fast_path_p50": agg(paired(p50, fast50, lambda a, b: a - b)),
                 "rps": agg(ix.series("tool_turn", p, rate, c=c).values()),
+                "x_fast_path_rps": agg(paired(ix.series("tool_turn", p, rate, c=c), ix.series("latency", p, rate, c=c),
+                                              lambda a, b: a / b)),
                 "errors": sum(sum(res.get("errors", {}).values()) for res in ix.results("tool_turn", p, c=c).values()),
             })
 

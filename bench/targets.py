@@ -1,16 +1,19 @@
-"""The performance targets (issue 11), each measured from one run: goal,
-measured value (median (min–max) over repeats, ratios taken within a repeat) and
-whether it is met. Never asserted in tests: the report states them.
+"""The performance targets (issue 11, and issue 23 where it is stricter or new), each
+measured from one run: goal, measured value (median (min–max) over repeats, ratios taken
+within a repeat unless said) and whether it is met. Never asserted in tests: the report
+states them.
 
 | figure | target |
 |---|---|
-| proxy CPU per request, non-streaming | ≤ 0.7 ms at every c; c=128 ≤ 1.2 × c=1 |
+| proxy CPU per request, non-streaming | ≤ 0.7 ms at every c, ≤ 0.5 ms at c=16 (issue 23); c=128 ≤ 1.2 × c=1 |
 | throughput as concurrency rises | best of c ∈ {16, 64, 128} ≥ 1.5 × c=1, and c=128 ≥ 0.9 × the best |
-| throughput vs Portkey gateway | ≥ 1.5 × at c=16 and at c=128 |
+| throughput vs Portkey gateway | ≥ 1.5 × at c=16, 64 and 128 |
+| the tail (issue 23) | p99 ≤ Portkey's p99 at c=64 and c=128; p99 ÷ p50 ≤ 4 at c=128 |
+| agent turn carrying a tool result (issue 23) | req/s ≥ 0.85 × the fast path's at c=16 |
 | throughput vs LiteLLM | ≥ 20 × |
 | added latency p50, c=1, with a durable reservation | ≤ 0.8 ms, and ≤ Portkey's added p50 |
-| relay CPU per streamed chunk | ≤ 15 µs |
-| memory per open stream | ≤ 32 KiB |
+| relay CPU per streamed chunk | ≤ 20 µs (issue 23; issue 11 asked 15) |
+| memory per open stream | ≤ 28 KiB (issue 23) |
 | 2 workers vs 1 (client on the same 2 cores) | ≥ 1.4 × |
 """
 
@@ -55,8 +58,8 @@ def targets(s: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
     cs = sorted(cfg.concurrencies)
     for c in cs:
         row = find_row(s["latency"], path=MAIN, c=c)
-        add(f"proxy CPU per request, non-streaming, c={c}", row and row.get("proxy_cpu_ms"), 0.7, "ms", False,
-            "gateway process CPU (psutil) ÷ requests finished in the window")
+        add(f"proxy CPU per request, non-streaming, c={c}", row and row.get("proxy_cpu_ms"), 0.5 if c == 16 else 0.7,
+            "ms", False, "gateway process CPU (psutil) ÷ requests finished in the window")
     low, top = find_row(s["latency"], path=MAIN, c=cs[0]), find_row(s["latency"], path=MAIN, c=cs[-1])
     add(f"proxy CPU per request, c={cs[-1]} ÷ c={cs[0]}",
         _ratio(top and top.get("proxy_cpu_ms"), low and low.get("proxy_cpu_ms")), 1.2, "×", False,
@@ -65,10 +68,20 @@ def targets(s: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
     add(f"throughput: best of c ∈ {{{', '.join(map(str, cs[1:]))}}} ÷ c={cs[0]}", thr.get("rise"), 1.5, "×", True,
         "req/s, same repeat")
     add(f"throughput: c={cs[-1]} ÷ best of c > {cs[0]}", thr.get("hold"), 0.9, "×", True, "req/s, same repeat")
-    for c in (16, 128):
+    for c in (16, 64, 128):
         row = find_row(s["latency"], path=MAIN, c=c)
         add(f"throughput vs Portkey gateway, c={c}", row and row.get("x_portkey_rps"), 1.5, "×", True,
             "req/s taskgate ÷ req/s Portkey at the same c, same repeat")
+    for c in (64, 128):
+        row, peer = find_row(s["latency"], path=MAIN, c=c), find_row(s["latency"], path="portkey", c=c)
+        add(f"p99 ÷ Portkey's p99, c={c}", _ratio(row and row.get("p99"), peer and peer.get("p99")), 1.0, "×",
+            False, "medians over repeats of the client's p99 (bench.load)")
+    top_row = find_row(s["latency"], path=MAIN, c=cs[-1])
+    add(f"p99 ÷ p50, c={cs[-1]}", _ratio(top_row and top_row.get("p99"), top_row and top_row.get("p50")), 4.0, "×",
+        False, "medians over repeats of the client's p99 and p50 (bench.load)")
+    turn = find_row(s["tool_turn"], path=MAIN, c=16) or {}
+    add("agent turn with a tool result ÷ fast path, req/s, c=16", turn.get("x_fast_path_rps"), 0.85, "×", True,
+        "tool_turn req/s ÷ latency req/s at c=16, same repeat (both closed loops on the same gateway)")
     add("throughput vs LiteLLM", thr.get("x_litellm"), 20.0, "×", True,
         "best req/s (any c) taskgate ÷ LiteLLM, same repeat")
     dur = find_row(s["durable"], path=MAIN, c=1)
@@ -79,10 +92,10 @@ def targets(s: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
     add("added latency p50, c=1: taskgate − Portkey", row1.get("added_minus_portkey_added"), 0.0, "ms", False,
         "taskgate's added p50 − Portkey's added p50, same repeat")
     relay = find_row(s["relay_cpu"], path=MAIN) or {}
-    add("relay CPU per streamed chunk", relay.get("per_chunk_us"), 15.0, "µs", False,
+    add("relay CPU per streamed chunk", relay.get("per_chunk_us"), 20.0, "µs", False,
         "gateway CPU per relayed chunk, chunks arriving one by one")
     mem = find_row(s["memory"], path=MAIN) or {}
-    add("memory per open stream", mem.get("per_stream_kib"), 32.0, "KiB", False,
+    add("memory per open stream", mem.get("per_stream_kib"), 28.0, "KiB", False,
         f"(RSS with {cfg.open_streams:,} open streams − RSS before) ÷ streams")
     workers = find_row(s["throughput"], path="taskgate_workers") or {}
     add(f"{cfg.workers} workers vs 1", workers.get("x_taskgate_embedded"), 1.4, "×", True,
