@@ -4,10 +4,13 @@ saw); each test makes its own tasks."""
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import AsyncIterator, Iterator
 
+import asyncpg
 import pytest
 
+from app.db.pool import create_pool
+from app.settings import Settings
 from app.testing.upstream import UpstreamServer
 from tests.support import Admin, GatewayProcess, fresh_database
 
@@ -16,6 +19,14 @@ from tests.support import Admin, GatewayProcess, fresh_database
 def database_url() -> Iterator[str]:
     with fresh_database() as url:
         yield url
+
+
+@pytest.fixture
+async def pool(database_url: str) -> AsyncIterator[asyncpg.Pool]:
+    """The gateway's own pool (:func:`app.db.pool.create_pool`) on the test database."""
+    pool = await create_pool(database_url, Settings(database_url=database_url))
+    yield pool
+    await pool.close()
 
 
 @pytest.fixture(scope="session")

@@ -14,20 +14,12 @@ import pytest
 from app.admission import turn as agent_turn
 from app.admission.admission import admit
 from app.admission.tokens import token_hash
-from app.db.pool import create_pool
 from app.errors import GatewayError
 from app.guard.ledger import GuardRequest
 from app.settings import Settings
 from app.wire.base import ToolCall, ToolResult
 
 KEY = "s:agent-turn"
-
-
-@pytest.fixture
-async def pool(database_url):
-    pool = await create_pool(database_url, Settings(database_url=database_url))
-    yield pool
-    await pool.close()
 
 
 @pytest.fixture

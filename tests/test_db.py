@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from app.admission.admission import FAST_ADMIT, admit
 from app.admission.limits import limit_breach
 from app.admission.tokens import token_hash
-from app.db.pool import create_pool, statement_cache_size
+from app.db.pool import statement_cache_size
 from app.db.schema import metadata
 from app.errors import GatewayError
 from app.settings import Settings
@@ -28,13 +28,6 @@ async def engine(database_url):
     engine = create_async_engine(database_url)
     yield engine
     await engine.dispose()
-
-
-@pytest.fixture
-async def pool(database_url):
-    pool = await create_pool(database_url, Settings(database_url=database_url))
-    yield pool
-    await pool.close()
 
 
 def test_the_statement_cache_is_on_only_where_the_connection_is_known_to_be_direct():

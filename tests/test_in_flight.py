@@ -12,16 +12,8 @@ import pytest
 from app.admission import in_flight
 from app.admission.admission import admit
 from app.admission.tokens import token_hash
-from app.db.pool import create_pool
 from app.errors import GatewayError
 from app.settings import Settings
-
-
-@pytest.fixture
-async def pool(database_url):
-    pool = await create_pool(database_url, Settings(database_url=database_url))
-    yield pool
-    await pool.close()
 
 
 async def test_drained_waits_for_the_last_close_and_is_bounded():

@@ -13,20 +13,12 @@ import pytest
 
 from app.admission.cost import Settlement
 from app.db import tasks as task_rows
-from app.db.pool import create_pool
 from app.guard import ledger
 from app.guard.detector import Action
 from app.settings import Settings
 from app.wire.base import ResponseSummary, ToolCall, Usage
 
 KEY = "s:response"
-
-
-@pytest.fixture
-async def pool(database_url):
-    pool = await create_pool(database_url, Settings(database_url=database_url))
-    yield pool
-    await pool.close()
 
 
 @pytest.fixture
