@@ -202,20 +202,16 @@ class Settings(BaseSettings):
         "limit_concurrency: 503 above); 0 disables. Each relayed request also holds an upstream "
         "connection: raise the open-files limit to more than twice this.",
     )
-    max_connections_per_client: int = Field(default=256, ge=0, description="Open connections per client IP "
-                                            "and process; more get over_cap_header_timeout_s under pressure "
-                                            "(app/client_caps.py); 0: no cap.")
+    max_connections_per_client: int = Field(default=256, ge=0, description="Open connections per client IP and "
+                                            "process; more get over_cap_header_timeout_s (app/client_caps.py); 0: off.")
     max_unfinished_per_client: int = Field(default=64, ge=0, description="Connections per client IP and process "
-                                           "still without their first headers; more get over_cap_header_timeout_s "
-                                           "under pressure; 0: no cap.")
+                                           "without their first headers; more get over_cap_header_timeout_s; 0: off.")
     over_cap_header_timeout_s: float = Field(default=1.0, ge=0, description="First-byte and header deadline "
                                              "of a connection past a per-client cap under pressure; 0: none.")
     first_byte_timeout_s: float = Field(default=5.0, ge=0, description="A new connection silent this long is "
                                         "closed; 0 disables.")
-    keep_alive_timeout_s: float = Field(
-        default=30.0, description="Idle time after which a kept-alive client connection is closed; longer "
-        "than clients keep idle connections (httpx and the SDKs: 5 s), so none reuses one as it closes."
-    )
+    keep_alive_timeout_s: float = Field(default=30.0, description="Idle time after which a kept-alive client "
+                                        "connection is closed; above the clients' own (httpx, the SDKs: 5 s).")
     forward_proxy_headers: bool = Field(
         default=False,
         description="Forward the client's Forwarded, X-Forwarded-* and X-Real-IP headers to the "
