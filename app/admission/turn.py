@@ -28,7 +28,7 @@ import asyncpg
 
 from app.guard.detector import Action, CallRecord, Verdict, window_size
 from app.admission.limits import limit_breach
-from app.guard.ledger import GuardRequest, call_rows, result_rows
+from app.guard.ledger import WINDOW_COLUMNS, GuardRequest, call_rows, result_rows, window_records
 from app.guard.ledger import judge as judge_window
 from app.guard.policy import Policy
 from app.guard.result_prints import config_for, fingerprints
@@ -38,7 +38,7 @@ from app.task import LoopGuard, Task
 _TURN = (
     "SELECT (f.task).*, f.recorded AS turn_recorded, f.counted AS turn_counted, f.new_calls AS turn_new_calls,"
     " f.completed AS turn_completed, f.conversation_calls AS turn_conversation_calls,"
-    " f.window_ids, f.window_names, f.window_arguments, f.window_results, f.window_errors, f.window_empty"
+    + WINDOW_COLUMNS +
     " FROM taskgate_agent_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) AS f"
 )
 
@@ -97,12 +97,8 @@ async def open_turn(conn: asyncpg.Connection, token_hash: str, guard: GuardReque
         return None
     task = Task.from_row(row)
     remember(token_hash, task, row["loop_guard"])
-    history: tuple[CallRecord, ...] = ()
-    if row["window_ids"] is not None:
-        history = tuple(CallRecord(*r) for r in zip(row["window_ids"], row["window_names"], row["window_arguments"],
-                                                    row["window_results"], row["window_errors"], row["window_empty"]))
     return Turn(task, row["turn_recorded"], row["turn_counted"], row["turn_new_calls"], row["turn_completed"],
-                row["turn_conversation_calls"], history)
+                row["turn_conversation_calls"], tuple(window_records(row)))
 
 
 def may_take(token_hash: str, settings: Settings) -> bool:

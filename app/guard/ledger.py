@@ -28,7 +28,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Sequence
 
 import asyncpg
 
@@ -91,9 +92,12 @@ _ADD_USAGE = (
 # A response's tool calls (migration 0011): relaxed commit, task row lock, usage and
 # settlement (the hold row as in _ADD_USAGE), pending ledger rows, task and conversation
 # counts, the locked row after them and the conversation's window ($3 records, oldest first).
+#: The history window as migrations 0009 and 0011 return it: one array per
+#: :class:`CallRecord` field, oldest first (read with :func:`window_records`).
+WINDOW_COLUMNS = " f.window_ids, f.window_names, f.window_arguments, f.window_results, f.window_errors, f.window_empty"
 _RECORD_RESPONSE = (
     "SELECT (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS response_conversation_calls,"
-    " f.window_ids, f.window_names, f.window_arguments, f.window_results, f.window_errors, f.window_empty"
+    + WINDOW_COLUMNS +
     " FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS f"
 )
 _NO_COUNTERS = (0, 0, Decimal(0), Decimal(0))
@@ -180,6 +184,15 @@ def judge(history: Sequence[CallRecord], policy: Policy, conversation_key: str, 
     thresholds = policy.thresholds
     return _describe(detect(history, thresholds, task_tool_calls=task_tool_calls,
                             conversation_tool_calls=conversation_tool_calls), thresholds, conversation_key, normalizer)
+
+
+def window_records(row: Mapping[str, Any]) -> list[CallRecord]:
+    """The history window of a row selected with :data:`WINDOW_COLUMNS`, oldest first
+    (empty when the function returned none)."""
+    if row["window_ids"] is None:
+        return []
+    return [CallRecord(*r) for r in zip(row["window_ids"], row["window_names"], row["window_arguments"],
+                                        row["window_results"], row["window_errors"], row["window_empty"])]
 
 
 async def _history(conn: asyncpg.Connection, task_id: str, conversation_key: str,
@@ -275,9 +288,7 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
             if needed > window:  # its loop_guard changed since (or first seen here): read the wider window
                 history = await _history(conn, task_id, conversation_key, thresholds)
             else:
-                history = [CallRecord(*r) for r in zip(row["window_ids"], row["window_names"], row["window_arguments"],
-                                                        row["window_results"], row["window_errors"],
-                                                        row["window_empty"])][-needed:]
+                history = window_records(row)[-needed:]
             verdict = judge(history, policy, conversation_key, policy.normalizer, task_tool_calls=task.tool_calls,
                             conversation_tool_calls=row["response_conversation_calls"])
             if verdict.action is Action.STOP and task.active:
