@@ -54,7 +54,9 @@ def test_a_loop_guard_changed_mid_run_applies_to_the_next_request(gateway, admin
     r = admin.http.patch(f"/admin/tasks/{task_id}", json={"loop_guard": {}})
     assert r.status_code == 200, r.text
     turns, _ = run_until_stopped(step)
-    assert turns <= 5
+    # the request right after the change is fingerprinted under it already (5 when the
+    # gateway's stale configuration is kept for it)
+    assert turns == 4
     assert admin.task(task_id)["stop_reason"] == "repeated_tool_call"
 
 
