@@ -150,6 +150,13 @@ class GatewayProcess:
     def output(self) -> str:
         return Path(self.log.name).read_text(errors="replace")
 
+    def errors(self, size: int = 6000) -> str:
+        """The log from its first error line (``ERROR`` or a traceback) on, ``size``
+        characters of it; else its last 2,000: what an assertion message should show."""
+        out = self.output()
+        first = min((i for i in (out.find(" ERROR "), out.find("Traceback")) if i >= 0), default=-1)
+        return out[first:first + size] if first >= 0 else out[-2000:]
+
     def __enter__(self) -> "GatewayProcess":
         return self.start()
 

@@ -23,8 +23,13 @@ admission's commit makes every take before it durable too; a take lost in a cras
 takes its lease row and its window's ``leased_requests`` with it, consistently.
 
 Lock order, everywhere: task row, then budget windows by ``(depth, budget_id)``
-(root first), then lease rows. Admission spends lease rows under the task lock and
-never waits for a window; takes, reclaims and the sweep lock windows before leases.
+(root first), then lease rows, root first too. Admission spends lease rows under the
+task lock and never waits for a window; takes, reclaims and the sweep lock windows
+before leases. Each statement that locks several lease rows locks them root first
+(``ORDER BY depth … FOR UPDATE``), not in whatever order its plan visits them: an
+admission spending a project's lease first would wait for the team's lease that a take
+reclaiming both windows holds, and the take for the project's lease (``deadlock
+detected``).
 
 A gateway killed with ``kill -9`` loses nothing a budget needs: its leases are rows,
 reclaimed by the first take that finds the window short, and folded back by the sweep
@@ -61,10 +66,15 @@ WindowKey = tuple[str, datetime]
 #: current request limit, in a chain without dollars, its window under its token limit.
 #: The window rows are read, never locked.
 SPEND = """
+    WITH mine AS (
+        SELECT l.budget_id, l.window_start FROM budget_leases l JOIN budgets b ON b.id = l.budget_id
+         WHERE l.holder = $1 AND l.budget_id = ANY($3::text[])
+           AND l.window_start <= $2 AND (l.window_end IS NULL OR $2 < l.window_end)
+           AND l.expires_at > now()
+         ORDER BY b.depth FOR UPDATE OF l)
     UPDATE budget_leases l SET spent = l.spent + 1
-      FROM budgets b, budget_windows w
-     WHERE l.holder = $1 AND l.budget_id = ANY($3::text[])
-       AND l.window_start <= $2 AND (l.window_end IS NULL OR $2 < l.window_end)
+      FROM mine, budgets b, budget_windows w
+     WHERE l.holder = $1 AND l.budget_id = mine.budget_id AND l.window_start = mine.window_start
        AND l.spent < l.granted AND l.expires_at > now()
        AND b.id = l.budget_id AND l.request_limit IS NOT DISTINCT FROM b.request_limit
        AND b.cost_limit_usd IS NULL
@@ -114,9 +124,16 @@ _LOCK_EXPIRED = """
      ORDER BY b.depth, w.budget_id, w.window_start FOR UPDATE OF w
 """
 _FOLD_EXPIRED = """
-    WITH gone AS (
-        DELETE FROM budget_leases l USING unnest($1::text[], $2::timestamptz[]) AS k(budget_id, window_start)
-         WHERE l.budget_id = k.budget_id AND l.window_start = k.window_start AND l.expires_at < now()
+    WITH doomed AS (
+        SELECT l.holder, l.budget_id, l.window_start
+          FROM budget_leases l JOIN budgets b ON b.id = l.budget_id
+               JOIN unnest($1::text[], $2::timestamptz[]) AS k(budget_id, window_start)
+               ON l.budget_id = k.budget_id AND l.window_start = k.window_start
+         WHERE l.expires_at < now() ORDER BY b.depth, l.budget_id, l.holder FOR UPDATE OF l),
+    gone AS (
+        DELETE FROM budget_leases l USING doomed d
+         WHERE l.holder = d.holder AND l.budget_id = d.budget_id AND l.window_start = d.window_start
+           AND l.expires_at < now()
         RETURNING l.budget_id, l.window_start, l.granted, l.spent),
     per_window AS (
         SELECT budget_id, window_start, sum(granted) AS granted, sum(spent) AS spent, count(*) AS n
@@ -144,12 +161,18 @@ _FAST = """
         UPDATE tasks SET {COUNT_REQUEST}
          WHERE {column} = $1 AND budget_id = $4 AND {ADMISSIBLE}
         RETURNING *),
+    mine AS (
+        SELECT l.budget_id, l.window_start FROM budget_leases l
+         WHERE l.holder = $2 AND l.budget_id = ANY($5::text[]) AND EXISTS (SELECT 1 FROM counted)
+           AND l.window_start <= $3 AND (l.window_end IS NULL OR $3 < l.window_end)
+           AND l.expires_at > now()
+         ORDER BY array_position($5::text[], l.budget_id) FOR UPDATE),
     paid AS (
         UPDATE budget_leases l SET spent = l.spent + 1
-          FROM budgets b JOIN unnest($5::text[]) WITH ORDINALITY AS c(id, n)
+          FROM mine, budgets b JOIN unnest($5::text[]) WITH ORDINALITY AS c(id, n)
                ON b.id = c.id AND b.parent_id IS NOT DISTINCT FROM ($5::text[])[c.n - 1]
-         WHERE l.holder = $2 AND l.budget_id = c.id AND EXISTS (SELECT 1 FROM counted)
-           AND l.window_start <= $3 AND (l.window_end IS NULL OR $3 < l.window_end)
+         WHERE l.holder = $2 AND l.budget_id = c.id
+           AND l.budget_id = mine.budget_id AND l.window_start = mine.window_start
            AND l.spent < l.granted AND l.expires_at > now()
            AND l.request_limit IS NOT DISTINCT FROM b.request_limit
            AND b.cost_limit_usd IS NULL AND b.token_limit IS NULL
@@ -174,10 +197,15 @@ _FIRST_SIGHT = """
         UNION ALL
         SELECT b.id, b.parent_id, b.depth, b.request_limit, b.token_limit, b.cost_limit_usd
           FROM budgets b JOIN up ON b.id = up.parent_id),
+    mine AS (
+        SELECT l.budget_id, l.window_start FROM budget_leases l JOIN up b ON b.id = l.budget_id
+         WHERE l.holder = $2 AND l.window_start <= $3 AND (l.window_end IS NULL OR $3 < l.window_end)
+           AND l.expires_at > now()
+         ORDER BY b.depth FOR UPDATE OF l),
     paid AS (
-        UPDATE budget_leases l SET spent = l.spent + 1 FROM up b
+        UPDATE budget_leases l SET spent = l.spent + 1 FROM mine, up b
          WHERE l.holder = $2 AND l.budget_id = b.id
-           AND l.window_start <= $3 AND (l.window_end IS NULL OR $3 < l.window_end)
+           AND l.budget_id = mine.budget_id AND l.window_start = mine.window_start
            AND l.spent < l.granted AND l.expires_at > now()
            AND l.request_limit IS NOT DISTINCT FROM b.request_limit
            AND b.cost_limit_usd IS NULL AND b.token_limit IS NULL

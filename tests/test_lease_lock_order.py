@@ -1,0 +1,81 @@
+"""The escrow leases' lock order on real PostgreSQL: an admission spends the leases of
+its chain root first, so it cannot close a circle with a take that reclaims the chain's
+windows root first (the circle PostgreSQL breaks with ``deadlock detected``, which the
+client saw as a 500)."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from datetime import datetime, timezone
+
+import asyncpg
+import pytest
+
+from app.budgets import escrow
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the lifetime window's start
+HOLDER = "test:1:lockorder:0"
+
+
+async def _chain(pool: asyncpg.Pool) -> tuple[list[dict], str]:
+    """A team and a project whose ids sort the other way round (the project first), each
+    window fully leased: the holder's leases unspent, another holder's spent. A task in
+    the project; its id."""
+    tag = secrets.token_hex(4)
+    team, project, task_id = f"z-team-{tag}", f"a-project-{tag}", f"lockorder-{tag}"
+    await pool.execute("INSERT INTO budgets (id, request_limit) VALUES ($1, 4)", team)
+    await pool.execute("INSERT INTO budgets (id, parent_id, depth, request_limit) VALUES ($1, $2, 2, 4)",
+                       project, team)
+    for budget in (team, project):
+        await pool.execute("INSERT INTO budget_windows (budget_id, window_start, leased_requests)"
+                           " VALUES ($1, $2, 4)", budget, EPOCH)
+        for holder, spent in ((HOLDER, 0), ("test:2:other:0", 2)):
+            await pool.execute("INSERT INTO budget_leases (holder, budget_id, window_start, granted, spent,"
+                               " request_limit, expires_at) VALUES ($1, $2, $3, 2, $4, 4, now() + interval '1 hour')",
+                               holder, budget, EPOCH, spent)
+    await pool.execute("INSERT INTO tasks (id, token_hash, request_limit, budget_id) VALUES ($1, $1, 100, $2)",
+                       task_id, project)
+    budgets = [dict(r) for r in await pool.fetch(escrow.CHAIN, project)]
+    return budgets, task_id
+
+
+async def _waiting_on_a_lock(pool: asyncpg.Pool, pid: int) -> None:
+    for _ in range(500):
+        if await pool.fetchval("SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", pid):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the admission never waited for the take's lease lock")
+
+
+@pytest.mark.parametrize("statement", ["fast", "first sight", "locked"])
+async def test_an_admission_waits_for_a_reclaiming_take_without_a_deadlock(pool, statement) -> None:
+    budgets, task_id = await _chain(pool)
+    now = datetime.now(timezone.utc)
+    async with pool.acquire() as taker, pool.acquire() as admitter:
+        async with taker.transaction():
+            keys, rows = await escrow.lock_windows(taker, budgets, now)
+            # the take has reclaimed the root's window (it holds the holder's root lease) ...
+            await taker.execute("SELECT 1 FROM budget_leases WHERE holder = $1 AND budget_id = $2 FOR UPDATE",
+                                HOLDER, budgets[0]["id"])
+            if statement == "locked":
+                admission = asyncio.ensure_future(_spend_locked(admitter, budgets, task_id, now))
+            else:
+                if statement == "fast":  # (a new task: "first sight" reads its chain in the statement)
+                    escrow.remember(task_id, [b["id"] for b in budgets])
+                admission = asyncio.ensure_future(escrow.fast_admit(admitter, HOLDER, now, task_id, task_id))
+            await _waiting_on_a_lock(pool, admitter.get_server_pid())
+            # ... and now reclaims the project's window too, while the admission waits
+            await escrow.decide(taker, budgets, keys, rows, 0)
+        result = await admission
+    assert result is None or result is False  # the reclaimed leases cannot pay: the locked path decides
+    assert await pool.fetchval("SELECT admitted_requests FROM tasks WHERE id = $1", task_id) == 0
+
+
+async def _spend_locked(conn: asyncpg.Connection, budgets: list[dict], task_id: str, now: datetime) -> bool:
+    try:
+        async with conn.transaction():
+            await escrow.spend(conn, HOLDER, task_id, budgets, now)
+    except escrow.NeedsLease:
+        return False
+    return True
