@@ -19,6 +19,9 @@ in a circle, and N gateways never admit past any budget's limit (docs/budgets.md
 **Settle** (:func:`settle`, after the exchange, before the task's; one row per statement): the
 tokens upstream reported and the dollars settled go into the windows the request was
 reserved in (also when a window rolled over meanwhile), and its reservation is released.
+Without a hold to release, a window's settlement commits without waiting for the disk,
+as the task's usage does (a PostgreSQL crash may lose its last ~0.6 s of usage); a
+released hold commits durably.
 A dollar hold's budget windows are recorded on its ``reservations`` row, so a gateway
 killed with holds in flight loses no allowance past the hold's deadline: the sweeper
 (:func:`app.admission.reservations.sweep`) releases them from the windows too, and
@@ -42,6 +45,7 @@ from app.budgets.escrow import NeedsLease, WindowKey
 from app.budgets.escrow import budgeted, fast_admit, remember
 from app.budgets.escrow import slot as lease_slot
 from app.budgets.rules import Verdict, budget_exhausted
+from app.db.pool import RELAXED_COMMIT
 from app.errors import GatewayError
 from app.settings import Settings
 
@@ -64,8 +68,14 @@ _TAKE_HOLD = ("UPDATE reservations SET budget_ids = NULL, budget_window_starts =
 _SETTLE = (
     "UPDATE budget_windows SET input_tokens = input_tokens + $3, output_tokens = output_tokens + $4,"
     " cost_usd = cost_usd + $5, reserved_usd = GREATEST(reserved_usd - $6, 0)"
-    " WHERE budget_id = $1 AND window_start = $2 RETURNING budget_id, cost_usd"
+    " FROM {relaxed} WHERE budget_id = $1 AND window_start = $2 RETURNING budget_id, cost_usd"
 )
+#: Durable: a released hold must never be lost while its ``reservations`` row says it was.
+_SETTLE_HOLD = _SETTLE.format(relaxed="(SELECT 1) AS durable")
+#: No hold released (a chain without a dollar ceiling, the escrow lease path): usage only,
+#: committed without waiting for the disk like the task's own usage. A window row every
+#: response of a fleet updates is not held for a disk flush per response.
+_SETTLE_USAGE = _SETTLE.format(relaxed=RELAXED_COMMIT)
 _MARK_EXHAUSTED = (
     "UPDATE budget_windows SET exhausted_at = now() WHERE budget_id = $1 AND window_start = $2"
     " AND exhausted_at IS NULL RETURNING budget_id"
@@ -132,9 +142,10 @@ async def settle(conn: asyncpg.Connection, keys: Sequence[WindowKey], input_toke
     if reservation_id is not None and release_usd:
         if await conn.fetchval(_TAKE_HOLD, reservation_id) is None:
             release_usd = Decimal(0)  # the sweeper released it: the gateway was taken for dead
+    statement = _SETTLE_HOLD if release_usd else _SETTLE_USAGE
     spent = []
     for budget_id, window_start in keys:  # each its own statement, root first
-        row = await conn.fetchrow(_SETTLE, budget_id, window_start, input_tokens, output_tokens, cost_usd,
+        row = await conn.fetchrow(statement, budget_id, window_start, input_tokens, output_tokens, cost_usd,
                                   release_usd)
         if row is not None:
             spent.append((row["budget_id"], row["cost_usd"]))
