@@ -164,14 +164,18 @@ async def _flushes(stats: asyncpg.Connection, pool: asyncpg.Pool) -> int:
     return await stats.fetchval(_WAL_FLUSHES)
 
 
-async def _flushes_and_calls(url: str, n: int) -> dict[str, object]:
+async def _flushes_and_calls(url: str, n: int, text_sha256: str | None = None) -> dict[str, object]:
     stats = await asyncpg.connect(asyncpg_dsn(url))
     token = "tg-wal-" + secrets.token_hex(8)
     await stats.execute("INSERT INTO tasks (id, token_hash, request_limit) VALUES ($1, $2, 1000000)",
                         token, token_hash(token))
     settings = Settings(database_url=url, database_pool_size=1, _env_file=None)  # type: ignore[call-arg]
     pool = await create_pool(url, settings)
-    summary = ResponseSummary(usage=Usage(input_tokens=10, output_tokens=5), terminal_seen=True)
+
+    def summary(i: int) -> ResponseSummary:  # a new answer each time (``text_sha256``: a text answer's prefix)
+        return ResponseSummary(usage=Usage(input_tokens=10, output_tokens=5), terminal_seen=True,
+                               text_sha256=None if text_sha256 is None else f"{text_sha256}{i}")
+
     try:
         out: dict[str, object] = {}
         before = await _flushes(stats, pool)
@@ -179,8 +183,8 @@ async def _flushes_and_calls(url: str, n: int) -> dict[str, object]:
             await admit(pool, token_hash(token), settings)
         after_admissions = await _flushes(stats, pool)
         await stats.execute("SELECT pg_stat_statements_reset()")
-        for _ in range(n):
-            await record_response(pool, token, "", summary, settings)
+        for i in range(n):
+            await record_response(pool, token, "", summary(i), settings)
         out["usage_calls"] = {r["query"].split()[0]: r["calls"] for r in await stats.fetch(_CALLS)}
         out["admission_flushes"] = after_admissions - before
         out["usage_flushes"] = await _flushes(stats, pool) - after_admissions
@@ -191,10 +195,13 @@ async def _flushes_and_calls(url: str, n: int) -> dict[str, object]:
         await stats.close()
 
 
-def test_an_admission_commit_waits_for_the_disk_and_usage_accounting_does_not(routes):
+@pytest.mark.parametrize("answer", ["usage only", "text answer"])
+def test_an_admission_commit_waits_for_the_disk_and_usage_accounting_does_not(routes, answer):
     """Each admission's commit flushes the WAL (the reservation survives a crash of
-    PostgreSQL); a response's usage is one statement that commits without waiting."""
-    seen = asyncio.run(_flushes_and_calls(routes["direct"], 30))
+    PostgreSQL); a response's usage is one statement that commits without waiting, and
+    so is a text answer's (its usage and the conversation's run of repeated answers)."""
+    text = "answer-" if answer == "text answer" else None
+    seen = asyncio.run(_flushes_and_calls(routes["direct"], 30, text))
     assert seen["admission_flushes"] >= 30, seen
     assert seen["usage_flushes"] <= 10, seen  # the WAL writer's own flushes, every 200 ms
     # one statement per response (an UPDATE of the task, led by the CTE that removes the

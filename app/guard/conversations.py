@@ -27,13 +27,16 @@ _ADD_TOOL_CALLS = (
     " RETURNING tool_calls"
 )
 _TOOL_CALLS = "SELECT tool_calls FROM conversations WHERE task_id = $1 AND conversation_key = $2"
-# A repeat ($4: the model saw the answer it gives again) of the last answer extends the run,
-# a repeat of another text starts one; an answer that repeats nothing it saw ends the run.
-_ANSWER = (
+#: A text answer of the task in ``{task}`` (a ``WITH`` item holding the locked task row):
+#: ``{key}`` the conversation, ``{text}`` the answer's SHA-256, ``{repeat}`` whether the
+#: model saw the answer it gives again (:func:`app.guard.conversation_rules.answer_repeats`).
+#: A repeat of the last answer extends the run, a repeat of another text starts one; an
+#: answer that repeats nothing it saw ends the run. Returns ``response_streak``.
+ANSWER_OF_TASK = (
     "INSERT INTO conversations (task_id, conversation_key, response_hash, response_streak)"
-    " VALUES ($1, $2, $3, CASE WHEN $4::boolean THEN 1 ELSE 0 END)"
+    " SELECT {task}.id, {key}, {text}, CASE WHEN {repeat}::boolean THEN 1 ELSE 0 END FROM {task}"
     " ON CONFLICT (task_id, conversation_key) DO UPDATE"
-    " SET response_streak = CASE WHEN NOT $4::boolean THEN 0"
+    " SET response_streak = CASE WHEN EXCLUDED.response_streak = 0 THEN 0"
     "                            WHEN conversations.response_hash = EXCLUDED.response_hash"
     "                            THEN conversations.response_streak + 1 ELSE 1 END,"
     "     response_hash = EXCLUDED.response_hash, updated_at = now()"
@@ -65,10 +68,3 @@ async def add_tool_calls(conn: asyncpg.Connection, task_id: str, key: str, new_c
         total = await conn.fetchval(_TOOL_CALLS, task_id, key) or 0
     return total
 
-
-async def record_answer(conn: asyncpg.Connection, task_id: str, key: str, text_sha256: str,
-                        repeat: bool = True) -> int:
-    """Record a text answer without tool calls; returns the run of repeated answers
-    (``repeat``: :func:`app.guard.conversation_rules.answer_repeats`)."""
-    streak: int = await conn.fetchval(_ANSWER, task_id, key, text_sha256, repeat)
-    return streak

@@ -35,7 +35,7 @@ import asyncpg
 
 from app.db import tasks as task_rows
 from app.db.bounds import ledger_text, storable_json
-from app.db.pool import RELAXED_COMMIT, relaxed
+from app.db.pool import RELAXED_COMMIT
 from app.guard import conversations
 from app.guard.conversation_rules import answer_repeats, repeated_response
 from app.guard.detector import MIN_WINDOW, Action, CallRecord, Thresholds, Verdict, detect, window_size
@@ -76,18 +76,25 @@ _HISTORY = (
 _COUNT_CALLS = (
     "UPDATE tasks SET tool_calls = tool_calls + $2, updated_at = now() WHERE id = $1 RETURNING tool_calls"
 )
-# Locks the task row first, as admission does, before the conversation row: the other order
-# deadlocked with an admission upserting the same conversation (a text action after a text
-# answer; the new conversation row's foreign-key check waits for the task row).
-_TASK_FOR_ANSWER = "SELECT * FROM tasks WHERE id = $1 FOR NO KEY UPDATE"
 # The hold's row ($6, app.admission.reservations) goes in the same statement; its amount
 # is released only if the row was still there (a sweep or an admin may have released it).
-_ADD_USAGE = (
-    "WITH held AS (DELETE FROM reservations WHERE id = $6 RETURNING id)"
-    " UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,"
+_HELD = "held AS (DELETE FROM reservations WHERE id = $6 RETURNING id)"
+_USAGE = (
+    "UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,"
     " cost_usd = cost_usd + $4, updated_at = now(), reserved_usd = reserved_usd"
     "   - CASE WHEN $6::bigint IS NULL OR held.n > 0 THEN $5::numeric ELSE 0 END"
     f" FROM {RELAXED_COMMIT}, (SELECT count(*) AS n FROM held) AS held WHERE tasks.id = $1"
+)
+_ADD_USAGE = f"WITH {_HELD} {_USAGE}"
+# A text answer in one statement (its own transaction, relaxed): the usage as _ADD_USAGE,
+# whose UPDATE locks the task row before the answer's conversation row ($7; $8 its hash,
+# $9 a repeat) is written, the order admission takes (the other order deadlocked with an
+# admission upserting the same conversation: its foreign-key check waits for the task row).
+# Returns the task row after the usage and the run of repeated answers.
+_ADD_ANSWER = (
+    f"WITH {_HELD}, task AS ({_USAGE} RETURNING tasks.*),"
+    " answer AS (" + conversations.ANSWER_OF_TASK.format(task="task", key="$7", text="$8", repeat="$9") + ")"
+    " SELECT task.*, (SELECT response_streak FROM answer) AS answer_streak FROM task"
 )
 # A response's tool calls (migration 0011): relaxed commit, task row lock, usage and
 # settlement (the hold row as in _ADD_USAGE), pending ledger rows, task and conversation
@@ -266,12 +273,13 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
     counters = _counters(usage, settlement)
     async with pool.acquire() as conn:
         if not summary.tool_calls:
+            if summary.text_sha256 is not None and settings.loop_guard_enabled:
+                return await _record_answer(conn, task_id, conversation_key, summary.text_sha256, settings,
+                                            request_id, answer_repeats(seen_answer_sha256, summary.text_sha256),
+                                            counters or _NO_COUNTERS, reservation_id)
             if counters is not None:  # one statement, its own (relaxed) transaction
                 await conn.execute(_ADD_USAGE, task_id, *counters, reservation_id)
-            if summary.text_sha256 is None or not settings.loop_guard_enabled:
-                return None
-            return await _record_answer(conn, task_id, conversation_key, summary.text_sha256, settings,
-                                        request_id, answer_repeats(seen_answer_sha256, summary.text_sha256))
+            return None
         window = _windows.get(task_id, _windows.get("", MIN_WINDOW))
         async with conn.transaction():  # BEGIN, one SELECT, [the latch], COMMIT
             row = await conn.fetchrow(_RECORD_RESPONSE, task_id, conversation_key, window, counters is not None,
@@ -313,22 +321,23 @@ def forget_windows() -> None:
 
 async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_key: str,
                          text_sha256: str, settings: Settings, request_id: str | None,
-                         repeat: bool) -> Verdict | None:
-    """Extend the conversation's run of identical text answers; latch the task with
-    ``repeated_response`` when the run reaches the threshold in force."""
-    async with conn.transaction():  # task row, then conversation row (see _TASK_FOR_ANSWER)
-        await relaxed(conn)  # a latch set below makes this commit durable again
-        row = await conn.fetchrow(_TASK_FOR_ANSWER, task_id)
-        if row is None:
-            return None
-        task = Task.from_row(row)
-        repeats = Policy(task, settings).response_repeats
-        streak = await conversations.record_answer(conn, task_id, conversation_key, text_sha256, repeat)
-        stop = repeated_response(streak, repeats)
-        if stop is None:
-            return None
-        reason, detail = stop
-        detail = {**detail, "conversation_key": conversation_key, "text_sha256": text_sha256}
-        if task.active:
+                         repeat: bool, counters: tuple[int, int, Decimal, Decimal],
+                         reservation_id: int | None) -> Verdict | None:
+    """Add a text answer's usage and extend (or end) the conversation's run of identical
+    answers in one statement (:data:`_ADD_ANSWER`); latch the task with
+    ``repeated_response`` when the run reaches the threshold in force (its own durable
+    transaction: the first reason wins)."""
+    row = await conn.fetchrow(_ADD_ANSWER, task_id, *counters, reservation_id, conversation_key, text_sha256, repeat)
+    if row is None:
+        return None
+    task = Task.from_row(row)
+    streak = row["answer_streak"]
+    stop = repeated_response(streak, Policy(task, settings).response_repeats)
+    if stop is None:
+        return None
+    reason, detail = stop
+    detail = {**detail, "conversation_key": conversation_key, "text_sha256": text_sha256}
+    if task.active:
+        async with conn.transaction():
             await task_rows.set_latch(conn, task_id, reason, detail, request_id=request_id)
-        return Verdict(Action.STOP, reason, streak, detail)
+    return Verdict(Action.STOP, reason, streak, detail)
