@@ -155,11 +155,14 @@ LEASE_SPENT = ("(SELECT COALESCE(sum(l.spent), 0)::bigint FROM budget_leases l"
 #: the chain as :data:`SPEND` does (for chains without token or dollar limits; each budget
 #: of ``$5`` must still have the one before it as its parent). When the task was counted
 #: but a lease could not pay, the statement aborts (``taskgate_abort``, migration 0010):
-#: nothing is written, and the locked path decides.
+#: nothing is written, and the locked path decides. So does a task whose budget is not
+#: ``$4``: the budget is checked on the counted row, not in the ``UPDATE``'s ``WHERE``,
+#: where the planner could pick the budget's index and scan every task of the budget
+#: (it did, on tables not analysed yet) instead of the unique token or id.
 _FAST = """
     WITH counted AS (
         UPDATE tasks SET {COUNT_REQUEST}
-         WHERE {column} = $1 AND budget_id = $4 AND {ADMISSIBLE}
+         WHERE {column} = $1 AND {ADMISSIBLE}
         RETURNING *),
     mine AS (
         SELECT l.budget_id, l.window_start FROM budget_leases l
@@ -180,7 +183,7 @@ _FAST = """
     SELECT c.*, (SELECT array_agg(window_start ORDER BY array_position($5::text[], budget_id)) FROM paid)
            AS lease_window_starts
       FROM counted c
-     WHERE CASE WHEN (SELECT count(*) FROM paid) < cardinality($5::text[])
+     WHERE CASE WHEN c.budget_id IS DISTINCT FROM $4 OR (SELECT count(*) FROM paid) < cardinality($5::text[])
                 THEN taskgate_abort('a budget lease of the chain cannot pay') ELSE true END
 """
 #: The fast path of a task this process has not seen yet, with or without a budget: as

@@ -1,7 +1,8 @@
-"""The escrow leases' lock order on real PostgreSQL: an admission spends the leases of
+"""The escrow leases' statements on real PostgreSQL: an admission spends the leases of
 its chain root first, so it cannot close a circle with a take that reclaims the chain's
 windows root first (the circle PostgreSQL breaks with ``deadlock detected``, which the
-client saw as a 500)."""
+client saw as a 500); the budgeted fast path finds its task by its unique key, never by
+scanning the budget's tasks."""
 
 from __future__ import annotations
 
@@ -79,3 +80,15 @@ async def _spend_locked(conn: asyncpg.Connection, budgets: list[dict], task_id: 
     except escrow.NeedsLease:
         return False
     return True
+
+
+async def test_the_budgeted_fast_path_finds_the_task_by_its_token_not_its_budget(pool) -> None:
+    budgets, task_id = await _chain(pool)
+    project = budgets[-1]["id"]
+    await pool.executemany("INSERT INTO tasks (id, token_hash, request_limit, budget_id) VALUES ($1, $1, 100, $2)",
+                           [(f"{task_id}-{i}", project) for i in range(200)])
+    chain = [b["id"] for b in budgets]
+    async with pool.acquire() as conn, conn.transaction():
+        plan = "\n".join(r[0] for r in await conn.fetch(
+            "EXPLAIN " + escrow.FAST_BY_TOKEN, task_id, HOLDER, datetime.now(timezone.utc), project, chain))
+    assert "tasks_token_hash_key" in plan and "ix_tasks_budget_id" not in plan, plan
