@@ -92,3 +92,29 @@ async def test_the_budgeted_fast_path_finds_the_task_by_its_token_not_its_budget
         plan = "\n".join(r[0] for r in await conn.fetch(
             "EXPLAIN " + escrow.FAST_BY_TOKEN, task_id, HOLDER, datetime.now(timezone.utc), project, chain))
     assert "tasks_token_hash_key" in plan and "ix_tasks_budget_id" not in plan, plan
+
+
+@pytest.mark.parametrize("statement", ["fast", "first sight"])
+async def test_a_token_limited_budget_pays_on_the_fast_path_while_its_window_is_under_the_limit(pool, statement):
+    budgets, task_id = await _chain(pool)
+    team = budgets[0]["id"]
+    await pool.execute("UPDATE budgets SET token_limit = 1000 WHERE id = $1", team)
+    budgets = [dict(r) for r in await pool.fetch(escrow.CHAIN, budgets[-1]["id"])]
+
+    chain = [b["id"] for b in budgets]
+
+    async def admit() -> object:
+        now = datetime.now(timezone.utc)
+        args = (escrow.FAST_BY_ID, task_id, HOLDER, now, chain[-1], chain) if statement == "fast" else (
+            escrow.FIRST_BY_ID, task_id, HOLDER, now)
+        try:
+            return await pool.fetchrow(*args)
+        except asyncpg.RaiseError:  # taskgate_abort: a lease could not pay, nothing was written
+            return None
+
+    assert await admit() is not None  # under the limit: one statement, the lease paid
+    await pool.execute("UPDATE budget_windows SET input_tokens = 600, output_tokens = 400 WHERE budget_id = $1", team)
+    assert await admit() is None  # at the limit: nothing written, the locked path refuses
+    assert await pool.fetchval("SELECT admitted_requests FROM tasks WHERE id = $1", task_id) == 1
+    assert await pool.fetchval("SELECT sum(spent) FROM budget_leases WHERE holder = $1 AND budget_id = ANY($2)",
+                               HOLDER, [b["id"] for b in budgets]) == 2

@@ -61,6 +61,11 @@ from app.settings import Settings
 #: A budget's window: ``(budget_id, window_start)``.
 WindowKey = tuple[str, datetime]
 
+#: The window of lease ``l`` is still under the token limit of its budget ``b`` (SQL):
+#: tokens are reported after the fact, so a token limit admits while the window is under
+#: it. The window row is read only for a budget with a token limit.
+_UNDER_TOKENS = ("(b.token_limit IS NULL OR (SELECT w.input_tokens + w.output_tokens FROM budget_windows w"
+                 " WHERE w.budget_id = l.budget_id AND w.window_start = l.window_start) < b.token_limit)")
 #: Spend one request from the holder's lease of each budget ``$3`` whose window holds
 #: ``$2`` (the gateway's window clock) and that can pay: unexpired, granted under the budget's
 #: current request limit, in a chain without dollars, its window under its token limit.
@@ -73,15 +78,13 @@ SPEND = """
            AND l.expires_at > now()
          ORDER BY b.depth FOR UPDATE OF l)
     UPDATE budget_leases l SET spent = l.spent + 1
-      FROM mine, budgets b, budget_windows w
+      FROM mine, budgets b
      WHERE l.holder = $1 AND l.budget_id = mine.budget_id AND l.window_start = mine.window_start
        AND l.spent < l.granted AND l.expires_at > now()
        AND b.id = l.budget_id AND l.request_limit IS NOT DISTINCT FROM b.request_limit
-       AND b.cost_limit_usd IS NULL
-       AND w.budget_id = l.budget_id AND w.window_start = l.window_start
-       AND (b.token_limit IS NULL OR w.input_tokens + w.output_tokens < b.token_limit)
+       AND b.cost_limit_usd IS NULL AND {UNDER_TOKENS}
     RETURNING l.budget_id
-"""
+""".format(UNDER_TOKENS=_UNDER_TOKENS)
 LOCK_WINDOW = (
     "INSERT INTO budget_windows (budget_id, window_start, window_end) VALUES ($1, $2, $3)"
     " ON CONFLICT (budget_id, window_start) DO UPDATE SET window_end = EXCLUDED.window_end RETURNING *"
@@ -152,8 +155,9 @@ LEASE_SPENT = ("(SELECT COALESCE(sum(l.spent), 0)::bigint FROM budget_leases l"
 #: counted on the task under the fast path's conditions (:data:`FAST_ADMIT
 #: <app.admission.admission.FAST_ADMIT>`, but with the budget ``$4`` whose chain is
 #: ``$5``, root first), and one request spent from the holder's lease of each budget of
-#: the chain as :data:`SPEND` does (for chains without token or dollar limits; each budget
-#: of ``$5`` must still have the one before it as its parent). When the task was counted
+#: the chain as :data:`SPEND` does (for chains without a dollar ceiling, each window under
+#: its budget's token limit; each budget of ``$5`` must still have the one before it as
+#: its parent). When the task was counted
 #: but a lease could not pay, the statement aborts (``taskgate_abort``, migration 0010):
 #: nothing is written, and the locked path decides. So does a task whose budget is not
 #: ``$4``: the budget is checked on the counted row, not in the ``UPDATE``'s ``WHERE``,
@@ -177,8 +181,8 @@ _FAST = """
          WHERE l.holder = $2 AND l.budget_id = c.id
            AND l.budget_id = mine.budget_id AND l.window_start = mine.window_start
            AND l.spent < l.granted AND l.expires_at > now()
-           AND l.request_limit IS NOT DISTINCT FROM b.request_limit
-           AND b.cost_limit_usd IS NULL AND b.token_limit IS NULL
+           AND l.request_limit IS NOT DISTINCT FROM b.request_limit AND b.cost_limit_usd IS NULL
+           AND {UNDER_TOKENS}
         RETURNING l.budget_id, l.window_start)
     SELECT c.*, (SELECT array_agg(window_start ORDER BY array_position($5::text[], budget_id)) FROM paid)
            AS lease_window_starts
@@ -210,8 +214,8 @@ _FIRST_SIGHT = """
          WHERE l.holder = $2 AND l.budget_id = b.id
            AND l.budget_id = mine.budget_id AND l.window_start = mine.window_start
            AND l.spent < l.granted AND l.expires_at > now()
-           AND l.request_limit IS NOT DISTINCT FROM b.request_limit
-           AND b.cost_limit_usd IS NULL AND b.token_limit IS NULL
+           AND l.request_limit IS NOT DISTINCT FROM b.request_limit AND b.cost_limit_usd IS NULL
+           AND {UNDER_TOKENS}
         RETURNING l.budget_id, l.window_start)
     SELECT c.*, (SELECT array_agg(id ORDER BY depth) FROM up) AS lease_chain,
            (SELECT array_agg(p.window_start ORDER BY u.depth) FROM paid p JOIN up u ON u.id = p.budget_id)
@@ -220,7 +224,7 @@ _FIRST_SIGHT = """
      WHERE CASE WHEN (SELECT count(*) FROM paid) < (SELECT count(*) FROM up)
                 THEN taskgate_abort('a budget lease of the chain cannot pay') ELSE true END
 """
-_RULE = {"ADMISSIBLE": ADMISSIBLE, "COUNT_REQUEST": COUNT_REQUEST}
+_RULE = {"ADMISSIBLE": ADMISSIBLE, "COUNT_REQUEST": COUNT_REQUEST, "UNDER_TOKENS": _UNDER_TOKENS}
 FIRST_BY_TOKEN = _FIRST_SIGHT.format(column="token_hash", **_RULE)
 FIRST_BY_ID = _FIRST_SIGHT.format(column="id", **_RULE)
 FAST_BY_TOKEN = _FAST.format(column="token_hash", **_RULE)
