@@ -99,8 +99,6 @@ async def test_a_token_limited_budget_pays_on_the_fast_path_while_its_window_is_
     budgets, task_id = await _chain(pool)
     team = budgets[0]["id"]
     await pool.execute("UPDATE budgets SET token_limit = 1000 WHERE id = $1", team)
-    budgets = [dict(r) for r in await pool.fetch(escrow.CHAIN, budgets[-1]["id"])]
-
     chain = [b["id"] for b in budgets]
 
     async def admit() -> object:
@@ -117,4 +115,4 @@ async def test_a_token_limited_budget_pays_on_the_fast_path_while_its_window_is_
     assert await admit() is None  # at the limit: nothing written, the locked path refuses
     assert await pool.fetchval("SELECT admitted_requests FROM tasks WHERE id = $1", task_id) == 1
     assert await pool.fetchval("SELECT sum(spent) FROM budget_leases WHERE holder = $1 AND budget_id = ANY($2)",
-                               HOLDER, [b["id"] for b in budgets]) == 2
+                               HOLDER, chain) == 2

@@ -68,14 +68,14 @@ _TAKE_HOLD = ("UPDATE reservations SET budget_ids = NULL, budget_window_starts =
 _SETTLE = (
     "UPDATE budget_windows SET input_tokens = input_tokens + $3, output_tokens = output_tokens + $4,"
     " cost_usd = cost_usd + $5, reserved_usd = GREATEST(reserved_usd - $6, 0)"
-    " FROM {relaxed} WHERE budget_id = $1 AND window_start = $2 RETURNING budget_id, cost_usd"
+    " {relaxed}WHERE budget_id = $1 AND window_start = $2 RETURNING budget_id, cost_usd"
 )
 #: Durable: a released hold must never be lost while its ``reservations`` row says it was.
-_SETTLE_HOLD = _SETTLE.format(relaxed="(SELECT 1) AS durable")
+_SETTLE_HOLD = _SETTLE.format(relaxed="")
 #: No hold released (a chain without a dollar ceiling, the escrow lease path): usage only,
 #: committed without waiting for the disk like the task's own usage. A window row every
 #: response of a fleet updates is not held for a disk flush per response.
-_SETTLE_USAGE = _SETTLE.format(relaxed=RELAXED_COMMIT)
+_SETTLE_USAGE = _SETTLE.format(relaxed=f"FROM {RELAXED_COMMIT} ")
 _MARK_EXHAUSTED = (
     "UPDATE budget_windows SET exhausted_at = now() WHERE budget_id = $1 AND window_start = $2"
     " AND exhausted_at IS NULL RETURNING budget_id"

@@ -26,9 +26,9 @@ kept beside it. Each result is also flagged ``is_empty``
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Sequence
 
 import asyncpg
