@@ -116,3 +116,31 @@ async def test_a_token_limited_budget_pays_on_the_fast_path_while_its_window_is_
     assert await pool.fetchval("SELECT admitted_requests FROM tasks WHERE id = $1", task_id) == 1
     assert await pool.fetchval("SELECT sum(spent) FROM budget_leases WHERE holder = $1 AND budget_id = ANY($2)",
                                HOLDER, chain) == 2
+
+
+@pytest.mark.parametrize("change", ["request limit changed", "dollar ceiling added", "token limit reached",
+                                    "parent differs", "lease expired"])
+async def test_the_one_budget_fast_statement_pays_only_with_a_lease_that_still_holds(pool, change) -> None:
+    budgets, task_id = await _chain(pool)
+    team = budgets[0]["id"]
+    await pool.execute("UPDATE tasks SET budget_id = $1 WHERE id = $2", team, task_id)
+
+    async def admit() -> object:
+        try:
+            return await pool.fetchrow(escrow.FAST_ONE_BY_ID, task_id, HOLDER, datetime.now(timezone.utc), team,
+                                       [team])
+        except asyncpg.RaiseError:  # taskgate_abort: the lease could not pay, nothing was written
+            return None
+
+    assert await admit() is not None  # the lease holds: one statement paid
+    await pool.execute({
+        "request limit changed": "UPDATE budgets SET request_limit = 5 WHERE id = $1",
+        "dollar ceiling added": "UPDATE budgets SET cost_limit_usd = 1 WHERE id = $1",
+        "token limit reached": "UPDATE budgets SET token_limit = 0 WHERE id = $1",
+        "parent differs": "UPDATE budgets SET parent_id = id WHERE id = $1",
+        "lease expired": "UPDATE budget_leases SET expires_at = now() WHERE budget_id = $1",
+    }[change], team)
+    assert await admit() is None
+    assert await pool.fetchval("SELECT admitted_requests FROM tasks WHERE id = $1", task_id) == 1
+    assert await pool.fetchval("SELECT spent FROM budget_leases WHERE holder = $1 AND budget_id = $2",
+                               HOLDER, team) == 1

@@ -66,10 +66,14 @@ WindowKey = tuple[str, datetime]
 #: it. The window row is read only for a budget with a token limit.
 _UNDER_TOKENS = ("(b.token_limit IS NULL OR (SELECT w.input_tokens + w.output_tokens FROM budget_windows w"
                  " WHERE w.budget_id = l.budget_id AND w.window_start = l.window_start) < b.token_limit)")
+#: Lease ``l`` of budget ``b`` can pay one request: some of it unspent, unexpired, granted
+#: under the budget's current request limit, in a chain without dollars, its window under
+#: its budget's token limit (SQL).
+_PAYS = ("l.spent < l.granted AND l.expires_at > now() AND l.request_limit IS NOT DISTINCT FROM b.request_limit"
+         " AND b.cost_limit_usd IS NULL AND " + _UNDER_TOKENS)
 #: Spend one request from the holder's lease of each budget ``$3`` whose window holds
-#: ``$2`` (the gateway's window clock) and that can pay: unexpired, granted under the budget's
-#: current request limit, in a chain without dollars, its window under its token limit.
-#: The window rows are read, never locked.
+#: ``$2`` (the gateway's window clock) and that can pay (:data:`_PAYS`), locked root
+#: first. The window rows are read, never locked.
 SPEND = """
     WITH mine AS (
         SELECT l.budget_id, l.window_start FROM budget_leases l JOIN budgets b ON b.id = l.budget_id
@@ -80,11 +84,9 @@ SPEND = """
     UPDATE budget_leases l SET spent = l.spent + 1
       FROM mine, budgets b
      WHERE l.holder = $1 AND l.budget_id = mine.budget_id AND l.window_start = mine.window_start
-       AND l.spent < l.granted AND l.expires_at > now()
-       AND b.id = l.budget_id AND l.request_limit IS NOT DISTINCT FROM b.request_limit
-       AND b.cost_limit_usd IS NULL AND {UNDER_TOKENS}
+       AND b.id = l.budget_id AND {PAYS}
     RETURNING l.budget_id
-""".format(UNDER_TOKENS=_UNDER_TOKENS)
+""".format(PAYS=_PAYS)
 LOCK_WINDOW = (
     "INSERT INTO budget_windows (budget_id, window_start, window_end) VALUES ($1, $2, $3)"
     " ON CONFLICT (budget_id, window_start) DO UPDATE SET window_end = EXCLUDED.window_end RETURNING *"
@@ -163,33 +165,42 @@ LEASE_SPENT = ("(SELECT COALESCE(sum(l.spent), 0)::bigint FROM budget_leases l"
 #: ``$4``: the budget is checked on the counted row, not in the ``UPDATE``'s ``WHERE``,
 #: where the planner could pick the budget's index and scan every task of the budget
 #: (it did, on tables not analysed yet) instead of the unique token or id.
+#:
+#: ``{leases}`` picks the lease rows: a chain of one budget updates its one lease row
+#: directly; a longer chain first locks its leases root first (``mine``). The budget rows
+#: are joined by id, each checked against its place in ``$5`` with ``array_position``:
+#: joining ``unnest($5) WITH ORDINALITY`` instead cost the statement as much PostgreSQL
+#: CPU as the whole plain fast path.
 _FAST = """
     WITH counted AS (
         UPDATE tasks SET {COUNT_REQUEST}
          WHERE {column} = $1 AND {ADMISSIBLE}
-        RETURNING *),
+        RETURNING *),{leases}
+    paid AS (
+        UPDATE budget_leases l SET spent = l.spent + 1
+          FROM {source}budgets b
+         WHERE l.holder = $2 AND {which}
+           AND b.id = l.budget_id AND b.parent_id IS NOT DISTINCT FROM ($5::text[])[array_position($5::text[], b.id) - 1]
+           AND {PAYS}
+        RETURNING l.budget_id, l.window_start)
+    SELECT c.*, p.starts AS lease_window_starts
+      FROM counted c,
+           (SELECT array_agg(window_start ORDER BY array_position($5::text[], budget_id)) AS starts FROM paid) p
+     WHERE CASE WHEN c.budget_id IS DISTINCT FROM $4 OR coalesce(cardinality(p.starts), 0) < cardinality($5::text[])
+                THEN taskgate_abort('a budget lease of the chain cannot pay') ELSE true END
+"""
+#: The lease of the only budget of the chain, in the window of ``$3``.
+_ONE_LEASE = {"leases": "", "source": "", "which": """l.budget_id = $4 AND EXISTS (SELECT 1 FROM counted)
+           AND l.window_start <= $3 AND (l.window_end IS NULL OR $3 < l.window_end)"""}
+#: The leases of a longer chain, locked root first.
+_CHAIN_LEASES = {"leases": """
     mine AS (
         SELECT l.budget_id, l.window_start FROM budget_leases l
          WHERE l.holder = $2 AND l.budget_id = ANY($5::text[]) AND EXISTS (SELECT 1 FROM counted)
            AND l.window_start <= $3 AND (l.window_end IS NULL OR $3 < l.window_end)
            AND l.expires_at > now()
-         ORDER BY array_position($5::text[], l.budget_id) FOR UPDATE),
-    paid AS (
-        UPDATE budget_leases l SET spent = l.spent + 1
-          FROM mine, budgets b JOIN unnest($5::text[]) WITH ORDINALITY AS c(id, n)
-               ON b.id = c.id AND b.parent_id IS NOT DISTINCT FROM ($5::text[])[c.n - 1]
-         WHERE l.holder = $2 AND l.budget_id = c.id
-           AND l.budget_id = mine.budget_id AND l.window_start = mine.window_start
-           AND l.spent < l.granted AND l.expires_at > now()
-           AND l.request_limit IS NOT DISTINCT FROM b.request_limit AND b.cost_limit_usd IS NULL
-           AND {UNDER_TOKENS}
-        RETURNING l.budget_id, l.window_start)
-    SELECT c.*, (SELECT array_agg(window_start ORDER BY array_position($5::text[], budget_id)) FROM paid)
-           AS lease_window_starts
-      FROM counted c
-     WHERE CASE WHEN c.budget_id IS DISTINCT FROM $4 OR (SELECT count(*) FROM paid) < cardinality($5::text[])
-                THEN taskgate_abort('a budget lease of the chain cannot pay') ELSE true END
-"""
+         ORDER BY array_position($5::text[], l.budget_id) FOR UPDATE),""",
+                 "source": "mine, ", "which": "l.budget_id = mine.budget_id AND l.window_start = mine.window_start"}
 #: The fast path of a task this process has not seen yet, with or without a budget: as
 #: :data:`_FAST`, the chain read from the counted task's budget (none: the plain fast
 #: path). Returns the chain's ids too, for :func:`remember`.
@@ -213,9 +224,7 @@ _FIRST_SIGHT = """
         UPDATE budget_leases l SET spent = l.spent + 1 FROM mine, up b
          WHERE l.holder = $2 AND l.budget_id = b.id
            AND l.budget_id = mine.budget_id AND l.window_start = mine.window_start
-           AND l.spent < l.granted AND l.expires_at > now()
-           AND l.request_limit IS NOT DISTINCT FROM b.request_limit AND b.cost_limit_usd IS NULL
-           AND {UNDER_TOKENS}
+           AND {PAYS}
         RETURNING l.budget_id, l.window_start)
     SELECT c.*, (SELECT array_agg(id ORDER BY depth) FROM up) AS lease_chain,
            (SELECT array_agg(p.window_start ORDER BY u.depth) FROM paid p JOIN up u ON u.id = p.budget_id)
@@ -224,11 +233,14 @@ _FIRST_SIGHT = """
      WHERE CASE WHEN (SELECT count(*) FROM paid) < (SELECT count(*) FROM up)
                 THEN taskgate_abort('a budget lease of the chain cannot pay') ELSE true END
 """
-_RULE = {"ADMISSIBLE": ADMISSIBLE, "COUNT_REQUEST": COUNT_REQUEST, "UNDER_TOKENS": _UNDER_TOKENS}
+_RULE = {"ADMISSIBLE": ADMISSIBLE, "COUNT_REQUEST": COUNT_REQUEST, "PAYS": _PAYS}
 FIRST_BY_TOKEN = _FIRST_SIGHT.format(column="token_hash", **_RULE)
 FIRST_BY_ID = _FIRST_SIGHT.format(column="id", **_RULE)
-FAST_BY_TOKEN = _FAST.format(column="token_hash", **_RULE)
-FAST_BY_ID = _FAST.format(column="id", **_RULE)
+#: :data:`_FAST` by token and by id, for a chain of one budget and for a longer one.
+FAST_BY_TOKEN = _FAST.format(column="token_hash", **_RULE, **_CHAIN_LEASES)
+FAST_BY_ID = _FAST.format(column="id", **_RULE, **_CHAIN_LEASES)
+FAST_ONE_BY_TOKEN = _FAST.format(column="token_hash", **_RULE, **_ONE_LEASE)
+FAST_ONE_BY_ID = _FAST.format(column="id", **_RULE, **_ONE_LEASE)
 #: Lease rows examined per sweep.
 SWEEP_BATCH = 500
 
@@ -294,8 +306,8 @@ async def fast_admit(conn: asyncpg.Connection, holder: str, at: datetime, token_
                 chain = tuple(row["lease_chain"] or ())
                 remember(key, chain)
         elif chain:
-            row = await conn.fetchrow(FAST_BY_ID if task_id else FAST_BY_TOKEN, key, holder, at, chain[-1],
-                                      list(chain))
+            statement = ((FAST_BY_ID, FAST_BY_TOKEN), (FAST_ONE_BY_ID, FAST_ONE_BY_TOKEN))[len(chain) == 1]
+            row = await conn.fetchrow(statement[task_id is None], key, holder, at, chain[-1], list(chain))
         else:
             return None
     except asyncpg.RaiseError:
