@@ -1,8 +1,13 @@
-"""Fleet budgets' cost at admission (issue 24 §2): the same load on 1,000 tasks without a
-budget and on 1,000 tasks under one budget, from two processes (``bench.admission``,
-``admit()`` against PostgreSQL, no HTTP), and the ratio.
+"""Fleet budgets' cost (issue 24 §2): the same load on 1,000 tasks without a budget and
+on 1,000 tasks under one budget, from two processes, and the ratio. Two loads:
 
-Run as ``python -m bench.budgets [--concurrency 64] [--duration 5]``: a private embedded
+- admission alone (the default): two ``bench.admission`` processes, ``admit()`` against
+  PostgreSQL, no HTTP: the budget's whole cost, with nothing around it to hide it;
+- ``--http``: two gateways (``taskgate serve``, one worker each) relaying non-streamed
+  chat completions to the bench upstream, one ``bench.load`` process per gateway: the
+  cost as the agents see it, per request through a gateway.
+
+Run as ``python -m bench.budgets [--http] [--concurrency 64] [--duration 5]``: a private embedded
 PostgreSQL, migrated; prints one JSON line per group and round (the groups alternate,
 ``--rounds`` times) and one with the ratios (throughput with a budget / without, p99
 with / without: the median over rounds, and each round's). The budget has a request limit
@@ -15,13 +20,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from bench.scenarios import NONSTREAM_MODEL
+from bench.services import Service, embedded_database, start_gateway, start_upstream
 
 TASKS = 1000
 
@@ -49,23 +59,31 @@ async def _seed(url: str) -> tuple[list[str], list[str]]:
         await conn.close()
 
 
-def _run_group(url: str, tokens: list[str], concurrency: int, duration_s: float, processes: int) -> dict[str, Any]:
+def _run_group(url: str, tokens: list[str], concurrency: int, duration_s: float, processes: int,
+               gateways: Sequence[Service] = ()) -> dict[str, Any]:
+    """One load process per ``processes`` (``bench.admission``), or per gateway
+    (``bench.load``), at once, each with its share of ``tokens`` and ``concurrency``."""
     procs = []
     with tempfile.TemporaryDirectory(prefix="taskgate-bench-budgets-") as tmp:
-        for p in range(processes):
+        for p in range(len(gateways) or processes):
             spec = Path(tmp) / f"spec{p}.json"
-            spec.write_text(json.dumps({"database_url": url, "tokens": tokens[p::processes],
-                                        "concurrency": concurrency // processes, "duration_s": duration_s,
-                                        "warmup_s": 1.0}))
-            procs.append(subprocess.Popen([sys.executable, "-m", "bench.admission", str(spec)],
-                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+            shared = {"tokens": tokens[p::len(gateways) or processes], "duration_s": duration_s, "warmup_s": 1.0,
+                      "concurrency": concurrency // (len(gateways) or processes)}
+            if gateways:
+                shared.update(host="127.0.0.1", port=gateways[p].port,
+                              body={"kind": "chat", "model": NONSTREAM_MODEL, "stream": False})
+            else:
+                shared["database_url"] = url
+            spec.write_text(json.dumps(shared))
+            procs.append(subprocess.Popen([sys.executable, "-m", "bench.load" if gateways else "bench.admission",
+                                           str(spec)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
         results = []
         for proc in procs:
             lines = []
             assert proc.stdout is not None and proc.stdin is not None
             for line in proc.stdout:
                 lines.append(json.loads(line))
-                if lines[-1].get("event") == "end":
+                if lines[-1].get("event") == "end" and not gateways:  # bench.admission waits for it
                     proc.stdin.write("\n")
                     proc.stdin.flush()
             proc.wait()
@@ -73,7 +91,8 @@ def _run_group(url: str, tokens: list[str], concurrency: int, duration_s: float,
     lat = sorted(v for r in results for v in [r["latency_ms"].get("p99", 0.0)])
     return {"rps": sum(r["rps"] for r in results), "p99_ms": max(lat),
             "p50_ms": max(r["latency_ms"].get("p50", 0.0) for r in results),
-            "errors": {k: v for r in results for k, v in r["errors"].items()}}
+            "errors": {k: v for r in results for k, v in r["errors"].items()},
+            **({"statuses": {k: v for r in results for k, v in r["statuses"].items()}} if gateways else {})}
 
 
 def main() -> None:
@@ -83,26 +102,31 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3,
                         help="rounds of both groups, alternating (the ratios are per round)")
+    parser.add_argument("--http", action="store_true",
+                        help="through --processes gateways (one worker each) and the bench upstream")
     args = parser.parse_args()
-    from app.db import embedded, migrate
 
-    with tempfile.TemporaryDirectory(prefix="taskgate-bench-pg-") as tmp:
-        url = embedded.start(Path(tmp))
-        try:
-            migrate.upgrade(url)
-            plain, budgeted = asyncio.run(_seed(url))
-            ratios = []
-            for n in range(args.rounds):  # alternating, so a busy moment weighs on both groups alike
-                without = _run_group(url, plain, args.concurrency, args.duration, args.processes)
-                print(json.dumps({"round": n + 1, "group": "1000 tasks, no budget", **without}), flush=True)
-                with_budget = _run_group(url, budgeted, args.concurrency, args.duration, args.processes)
-                print(json.dumps({"round": n + 1, "group": "1000 tasks, one budget", **with_budget}), flush=True)
-                ratios.append((with_budget["rps"] / without["rps"], with_budget["p99_ms"] / without["p99_ms"]))
-            print(json.dumps({"throughput_ratio": round(statistics.median(r[0] for r in ratios), 3),
-                              "p99_ratio": round(statistics.median(r[1] for r in ratios), 3),
-                              "per_round": [[round(a, 3), round(b, 3)] for a, b in ratios]}), flush=True)
-        finally:
-            embedded.stop(Path(tmp), mode="immediate")
+    with tempfile.TemporaryDirectory(prefix="taskgate-bench-pg-") as tmp, \
+            embedded_database(Path(tmp) / "db") as url, contextlib.ExitStack() as stack:
+        gateways: list[Service] = []
+        if args.http:
+            upstream = start_upstream(Path(tmp))
+            stack.callback(upstream.stop)
+            for p in range(args.processes):
+                gateways.append(start_gateway(f"gateway{p}", url, upstream, Path(tmp)))
+                stack.callback(gateways[-1].stop)
+        plain, budgeted = asyncio.run(_seed(url))
+        ratios = []
+        for n in range(args.rounds):  # alternating, so a busy moment weighs on both groups alike
+            without = _run_group(url, plain, args.concurrency, args.duration, args.processes, gateways)
+            print(json.dumps({"round": n + 1, "group": "1000 tasks, no budget", **without}), flush=True)
+            with_budget = _run_group(url, budgeted, args.concurrency, args.duration, args.processes, gateways)
+            print(json.dumps({"round": n + 1, "group": "1000 tasks, one budget", **with_budget}), flush=True)
+            ratios.append((with_budget["rps"] / without["rps"], with_budget["p99_ms"] / without["p99_ms"]))
+        print(json.dumps({"load": "http, gateways" if args.http else "admission alone",
+                          "throughput_ratio": round(statistics.median(r[0] for r in ratios), 3),
+                          "p99_ratio": round(statistics.median(r[1] for r in ratios), 3),
+                          "per_round": [[round(a, 3), round(b, 3)] for a, b in ratios]}), flush=True)
 
 
 if __name__ == "__main__":
