@@ -6,7 +6,9 @@ never stopped."""
 from __future__ import annotations
 
 import json
+import random
 import re
+import string
 
 import openai
 import pytest
@@ -87,6 +89,13 @@ def smolagents_run(gateway, token: str, agent_class, max_steps: int = 20):
         return None, exc
 
 
+def smolagents_task(admin) -> tuple[str, str]:
+    """A task whose id holds no digits: smolagents retries (with backoff) any error whose
+    text contains "429", its test for a rate limit, and a generated id can hold one
+    (``task_760f803429f67d22`` did: the stop was retried until the test timed out)."""
+    return admin.create_task(id="smolagents-" + "".join(random.choices(string.ascii_lowercase, k=12)))
+
+
 SMOLAGENTS = {
     "tool_calling_structured": (ToolCallingAgent, "tool_call", {}, "read_file"),
     "tool_calling_text": (ToolCallingAgent, "text_tool", {"convention": "json"}, "read_file"),  # uuid ids
@@ -97,7 +106,7 @@ SMOLAGENTS = {
 @pytest.mark.parametrize("kind", list(SMOLAGENTS))
 def test_smolagents_loop_is_stopped_by_the_6th_request(gateway, admin, upstream, kind):
     agent_class, scenario, params, tool_name = SMOLAGENTS[kind]
-    task_id, token = admin.create_task()
+    task_id, token = smolagents_task(admin)
     upstream.script(scenario, **params)
     before = len(upstream.requests)
     _, exc = smolagents_run(gateway, token, agent_class)
@@ -110,7 +119,7 @@ def test_smolagents_loop_is_stopped_by_the_6th_request(gateway, admin, upstream,
 
 @pytest.mark.parametrize("agent_class", [ToolCallingAgent, CodeAgent], ids=["tool_calling", "code_agent"])
 def test_smolagents_healthy_run_is_not_stopped(gateway, admin, upstream, agent_class):
-    task_id, token = admin.create_task()
+    task_id, token = smolagents_task(admin)
     convention = "code" if agent_class is CodeAgent else "json"
     upstream.script("text_tool", convention=convention, vary=True, final_after=15)
     answer, exc = smolagents_run(gateway, token, agent_class)
