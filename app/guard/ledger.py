@@ -28,11 +28,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Sequence
 
 import asyncpg
 
+from app import events
 from app.db import tasks as task_rows
 from app.db.bounds import ledger_text, storable_json
 from app.db.pool import RELAXED_COMMIT
@@ -86,16 +88,38 @@ _USAGE = (
     f" FROM {RELAXED_COMMIT}, (SELECT count(*) AS n FROM held) AS held WHERE tasks.id = $1"
 )
 _ADD_USAGE = f"WITH {_HELD} {_USAGE}"
+#: The response's tokens and dollars (parameters ``$input``, ``$output``, ``$cost``) into
+#: the one budget window it was admitted in
+#: (``$window`` the budget, ``$start`` the window's start), in the statement that adds
+#: them to the task, after the task's row (``{after}``, a CTE of the locked task) - the
+#: order admission locks in. Only for a request whose chain has one window and no hold to
+#: release (the escrow lease path): a fleet's responses do not each pay a pool
+#: connection, a statement and a commit of their own for the team's window row.
+_IN_WINDOW = (
+    "settled AS (UPDATE budget_windows w SET input_tokens = w.input_tokens + ${input},"
+    " output_tokens = w.output_tokens + ${output}, cost_usd = w.cost_usd + ${cost}"
+    " FROM {after} WHERE w.budget_id = ${window} AND w.window_start = ${start} RETURNING w.budget_id, w.cost_usd)"
+)
+#: The settled window's budget and its dollars now, as columns of a statement's row.
+_SETTLED = (", (SELECT budget_id FROM settled) AS settled_budget_id,"
+            " (SELECT cost_usd FROM settled) AS settled_cost_usd")
+_ADD_USAGE_IN_WINDOW = (f"WITH {_HELD}, task AS ({_USAGE} RETURNING tasks.id), "
+                        + _IN_WINDOW.format(after="task", input=2, output=3, cost=4, window=7, start=8)
+                        + " SELECT budget_id AS settled_budget_id, cost_usd AS settled_cost_usd FROM settled")
 # A text answer in one statement (its own transaction, relaxed): the usage as _ADD_USAGE,
 # whose UPDATE locks the task row before the answer's conversation row ($7; $8 its hash,
 # $9 a repeat) is written, the order admission takes (the other order deadlocked with an
 # admission upserting the same conversation: its foreign-key check waits for the task row).
 # Returns the task row after the usage and the run of repeated answers.
-_ADD_ANSWER = (
+_ANSWER = (
     f"WITH {_HELD}, task AS ({_USAGE} RETURNING tasks.*),"
-    " answer AS (" + conversations.ANSWER_OF_TASK.format(task="task", key="$7", text="$8", repeat="$9") + ")"
-    " SELECT task.*, (SELECT response_streak FROM answer) AS answer_streak FROM task"
+    " answer AS (" + conversations.ANSWER_OF_TASK.format(task="task", key="$7", text="$8", repeat="$9") + "){settle}"
+    " SELECT task.*, (SELECT response_streak FROM answer) AS answer_streak{settled} FROM task"
 )
+_ADD_ANSWER = _ANSWER.format(settle="", settled="")
+_ADD_ANSWER_IN_WINDOW = _ANSWER.format(settle=", " + _IN_WINDOW.format(after="task", input=2, output=3, cost=4,
+                                                                           window=10, start=11),
+                                       settled=_SETTLED)
 # A response's tool calls (migration 0011): relaxed commit, task row lock, usage and
 # settlement (the hold row as in _ADD_USAGE), pending ledger rows, task and conversation
 # counts, the locked row after them and the conversation's window ($3 records, oldest first).
@@ -106,6 +130,14 @@ _RECORD_RESPONSE = (
     "SELECT (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS response_conversation_calls,"
     + WINDOW_COLUMNS +
     " FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS f"
+)
+#: :data:`_RECORD_RESPONSE` and the budget window's share (:data:`_IN_WINDOW`), which
+#: reads the function's row, so the function has locked the task first.
+_RECORD_RESPONSE_IN_WINDOW = (
+    "WITH f AS (SELECT * FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)), "
+    + _IN_WINDOW.format(after="f", input=5, output=6, cost=7, window=14, start=15) +
+    " SELECT (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS response_conversation_calls,"
+    + WINDOW_COLUMNS + _SETTLED + " FROM f"
 )
 _NO_COUNTERS = (0, 0, Decimal(0), Decimal(0))
 #: task id -> the history window its last response needed here (``""``: the last of any
@@ -253,11 +285,15 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
                           summary: ResponseSummary, settings: Settings,
                           settlement: Settlement | None = None, *,
                           request_id: str | None = None, seen_answer_sha256: str | None = None,
-                          reservation_id: int | None = None) -> Verdict | None:
+                          reservation_id: int | None = None,
+                          budget_window: tuple[str, datetime] | None = None) -> Verdict | None:
     """Record a finished response: usage into the task's token counters and its
     ``settlement`` into its dollar counters (one statement), tool calls into the ledger
     as pending; trip the latch when the detector says stop (e.g. the tool-call ceiling
-    was passed).
+    was passed). ``budget_window`` (``(budget_id, window_start)``): the one budget window
+    the request was admitted in, when no hold is released (the escrow lease path); the
+    usage and dollars go into it in the same statement (:data:`_IN_WINDOW`), and
+    :data:`events.BUDGET_SPENT <app.events.BUDGET_SPENT>` reports its dollars after.
 
     A response with tool calls is one transaction: ``BEGIN``, one ``SELECT`` of
     ``taskgate_record_response()`` (migration 0011: lock, usage, ledger, counts and the
@@ -271,22 +307,28 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
     """
     usage = summary.usage
     counters = _counters(usage, settlement)
+    in_window = budget_window if counters is not None else None  # nothing to settle without usage
     async with pool.acquire() as conn:
         if not summary.tool_calls:
             if summary.text_sha256 is not None and settings.loop_guard_enabled:
                 return await _record_answer(conn, task_id, conversation_key, summary.text_sha256, settings,
                                             request_id, answer_repeats(seen_answer_sha256, summary.text_sha256),
-                                            counters or _NO_COUNTERS, reservation_id)
-            if counters is not None:  # one statement, its own (relaxed) transaction
+                                            counters or _NO_COUNTERS, reservation_id, in_window)
+            if in_window is not None and counters is not None:  # one statement, its own (relaxed) transaction
+                _report_settled(await conn.fetchrow(_ADD_USAGE_IN_WINDOW, task_id, *counters, reservation_id,
+                                                    *in_window))
+            elif counters is not None:
                 await conn.execute(_ADD_USAGE, task_id, *counters, reservation_id)
             return None
         window = _windows.get(task_id, _windows.get("", MIN_WINDOW))
         async with conn.transaction():  # BEGIN, one SELECT, [the latch], COMMIT
-            row = await conn.fetchrow(_RECORD_RESPONSE, task_id, conversation_key, window, counters is not None,
-                                      *(counters or _NO_COUNTERS), reservation_id,
-                                      *call_rows(summary.tool_calls, None, settings.ledger_argument_preview))
+            args = (task_id, conversation_key, window, counters is not None, *(counters or _NO_COUNTERS),
+                    reservation_id, *call_rows(summary.tool_calls, None, settings.ledger_argument_preview))
+            row = await (conn.fetchrow(_RECORD_RESPONSE_IN_WINDOW, *args, *in_window) if in_window is not None
+                         else conn.fetchrow(_RECORD_RESPONSE, *args))
             if row is None:
                 return None
+            _report_settled(row)
             if not row["response_new_calls"]:
                 return Verdict(Action.OK)
             task = Task.from_row(row)  # after the counts; the columns the policy reads are unchanged
@@ -303,6 +345,13 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
                 await task_rows.set_latch(conn, task_id, verdict.reason or "stopped", dict(verdict.detail),
                                           request_id=request_id)
             return verdict
+
+
+def _report_settled(row: Mapping[str, Any] | None) -> None:
+    """Report a budget window's settled dollars (``settled_*`` columns) when the
+    statement settled one."""
+    if row is not None and row.get("settled_budget_id") is not None:
+        events.BUDGET_SPENT.emit(events.BudgetSpent(row["settled_budget_id"], row["settled_cost_usd"]))
 
 
 def _remember_window(task_id: str, needed: int) -> int:
@@ -322,14 +371,17 @@ def forget_windows() -> None:
 async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_key: str,
                          text_sha256: str, settings: Settings, request_id: str | None,
                          repeat: bool, counters: tuple[int, int, Decimal, Decimal],
-                         reservation_id: int | None) -> Verdict | None:
-    """Add a text answer's usage and extend (or end) the conversation's run of identical
-    answers in one statement (:data:`_ADD_ANSWER`); latch the task with
-    ``repeated_response`` when the run reaches the threshold in force (its own durable
-    transaction: the first reason wins)."""
-    row = await conn.fetchrow(_ADD_ANSWER, task_id, *counters, reservation_id, conversation_key, text_sha256, repeat)
+                         reservation_id: int | None, budget_window: tuple[str, datetime] | None) -> Verdict | None:
+    """Add a text answer's usage (and into ``budget_window``) and extend (or end) the
+    conversation's run of identical answers in one statement (:data:`_ADD_ANSWER`); latch
+    the task with ``repeated_response`` when the run reaches the threshold in force (its
+    own durable transaction: the first reason wins)."""
+    args = (task_id, *counters, reservation_id, conversation_key, text_sha256, repeat)
+    row = await (conn.fetchrow(_ADD_ANSWER_IN_WINDOW, *args, *budget_window) if budget_window is not None
+                 else conn.fetchrow(_ADD_ANSWER, *args))
     if row is None:
         return None
+    _report_settled(row)
     task = Task.from_row(row)
     streak = row["answer_streak"]
     stop = repeated_response(streak, Policy(task, settings).response_repeats)

@@ -105,8 +105,12 @@ class Accounting:
             summary.tool_calls = []
         if not (self.guard_enabled and self.count_answer):
             summary.text_sha256 = None
-        # first: it releases the budget windows only while the hold's row is there
-        if self.budget_windows and (summary.usage is not None or settlement is not None):
+        # one window and no hold to release (the escrow lease path): settled with the task's
+        # usage, in its statement; else first, on its own: it releases the budget windows
+        # only while the hold's row is there
+        in_window = (self.budget_windows[0] if len(self.budget_windows) == 1
+                     and not (settlement is not None and settlement.release_usd) else None)
+        if self.budget_windows and in_window is None and (summary.usage is not None or settlement is not None):
             await self._retried(lambda: self._settle_budgets(summary.usage, settlement),
                                 f"the budget settlement of a response of task {self.task_id}")
         if summary.tool_calls or summary.usage is not None or settlement is not None \
@@ -115,7 +119,7 @@ class Accounting:
             await self._retried(lambda: record_response(
                 self.pool, self.task_id, self.conversation_key, summary, self.settings, settlement,
                 request_id=self.request_id, seen_answer_sha256=self.seen_answer_sha256,
-                reservation_id=self.reservation_id),
+                reservation_id=self.reservation_id, budget_window=in_window),
                 f"the usage ({usage.input_tokens if usage else 0} input, "
                 f"{usage.output_tokens if usage else 0} output tokens), cost and "
                 f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")
