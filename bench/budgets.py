@@ -65,10 +65,11 @@ def _run_group(url: str, tokens: list[str], concurrency: int, duration_s: float,
     (``bench.load``), at once, each with its share of ``tokens`` and ``concurrency``."""
     procs = []
     with tempfile.TemporaryDirectory(prefix="taskgate-bench-budgets-") as tmp:
-        for p in range(len(gateways) or processes):
+        loads = len(gateways) or processes
+        for p in range(loads):
             spec = Path(tmp) / f"spec{p}.json"
-            shared = {"tokens": tokens[p::len(gateways) or processes], "duration_s": duration_s, "warmup_s": 1.0,
-                      "concurrency": concurrency // (len(gateways) or processes)}
+            shared = {"tokens": tokens[p::loads], "duration_s": duration_s, "warmup_s": 1.0,
+                      "concurrency": concurrency // loads}
             if gateways:
                 shared.update(host="127.0.0.1", port=gateways[p].port,
                               body={"kind": "chat", "model": NONSTREAM_MODEL, "stream": False})

@@ -64,7 +64,10 @@ _RESERVE = (
 _TAKE_HOLD = ("UPDATE reservations SET budget_ids = NULL, budget_window_starts = NULL"
               " WHERE id = $1 AND budget_ids IS NOT NULL RETURNING id")
 #: One window at a time: settlement never holds two window locks, so it can never close a
-#: circle with an admission (which locks the chain root first).
+#: circle with an admission (which locks the chain root first). Its twin for a one-window
+#: chain without a hold, in the statement that records the response on the task, is
+#: ``_IN_WINDOW`` in :mod:`app.guard.ledger` (the guard cannot import this module): the
+#: two add the same columns.
 _SETTLE = (
     "UPDATE budget_windows SET input_tokens = input_tokens + $3, output_tokens = output_tokens + $4,"
     " cost_usd = cost_usd + $5, reserved_usd = GREATEST(reserved_usd - $6, 0)"

@@ -94,7 +94,9 @@ _ADD_USAGE = f"WITH {_HELD} {_USAGE}"
 #: them to the task, after the task's row (``{after}``, a CTE of the locked task) - the
 #: order admission locks in. Only for a request whose chain has one window and no hold to
 #: release (the escrow lease path): a fleet's responses do not each pay a pool
-#: connection, a statement and a commit of their own for the team's window row.
+#: connection, a statement and a commit of their own for the team's window row. The
+#: columns are those ``_SETTLE`` in :mod:`app.budgets.ledger` adds (its twin for every
+#: other chain).
 _IN_WINDOW = (
     "settled AS (UPDATE budget_windows w SET input_tokens = w.input_tokens + ${input},"
     " output_tokens = w.output_tokens + ${output}, cost_usd = w.cost_usd + ${cost}"
