@@ -172,3 +172,51 @@ def test_exit_codes_stay_different(lines, x, y, c1, c2, w1, w2) -> None:
 def test_normalising_is_total_and_idempotent(text) -> None:
     once = DEFAULT(text)
     assert DEFAULT(once) == once
+
+
+# ---------------------------------------------------------------- the one-pass check
+
+def rule_by_rule(normalizer: Normalizer, text: str) -> str:
+    """What a normaliser gives without its one-pass check: every rule, in order."""
+    for rule in normalizer.rules:
+        text = rule.apply(text)
+    return text
+
+
+FRAGMENTS = st.sampled_from([
+    "ok", "\n", " ", "Chunk ID: 95330b\n", "Wall time: 1.07 seconds\n", "Process running with session ID 7",
+    "Process Group PGID: 14705", "3f0c8a52-1b7e-4c1d-9a3e-0d6f2b4c8e11", "2026-12-01T06:54:12Z", "06:54:12",
+    "[01/Dec/2026:06:54:12 +0000]", "9f86d081884c", "7d659a2f", "eaa0c55ad015", "took 3s", "<system-reminder>",
+    "</system-reminder>", "<system-reminder>x</system-reminder>", "build #41", "BUILD #7"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(FRAGMENTS, st.text(max_size=6)), max_size=12).map("".join))
+def test_the_one_pass_check_never_changes_a_result(text) -> None:
+    """Checking all rules at once first gives what running each rule gives, with the
+    defaults and with an operator's pattern that carries its own flag."""
+    for normalizer in (DEFAULT, build(True, (r"(?i)build #\d+",)), build(False, (r"^ok$",))):
+        assert normalizer(text) == rule_by_rule(normalizer, text)
+
+
+def test_each_rule_keeps_its_flags_in_the_one_pass_check() -> None:
+    """A line-anchored rule found only mid-text (multi-line) and an operator's
+    case-insensitive pattern: the combined check must find both."""
+    assert DEFAULT.any_rule is not None
+    assert DEFAULT("log\nChunk ID: zz\nok") == "log\nok"
+    assert build(False, (r"(?i)build #\d+",))("see BUILD #7") == "see <masked>"
+
+
+def test_a_match_made_by_an_earlier_rule_is_still_masked() -> None:
+    """The hex run exists only once the reminder inside it is removed: the check sees
+    the reminder, so the rules run one by one and the later rule masks the joined run."""
+    assert DEFAULT("id 9f86d081<system-reminder>x</system-reminder>884c7d659a2f") == "id <hex>"
+
+
+def test_rules_too_large_to_combine_run_one_by_one(monkeypatch) -> None:
+    """When RE2 refuses the combined pattern (over its memory budget), the normaliser
+    checks nothing first and runs every rule."""
+    monkeypatch.setattr("app.guard.normalize.any_of", lambda patterns: None)
+    uncombined = Normalizer(DEFAULT_RULES)
+    assert uncombined.any_rule is None
+    assert all(uncombined(raw) == expected for raw, expected in EXAMPLES)

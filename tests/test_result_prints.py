@@ -54,3 +54,12 @@ def test_off_loop_gives_the_inline_answer():
     results = [ToolResult("c", FILLER * 10)]
     inline = fingerprints(calls, results, CONFIG)
     assert asyncio.run(fingerprints_off_loop(calls, results, CONFIG)) == inline
+
+
+def test_failure_patterns_keep_their_flags_when_searched_at_once():
+    """The failure patterns are case-insensitive and one is anchored at the start of the
+    text: searched as one combined pattern, both still hold."""
+    small = config_for(TASK, Settings())
+    assert fingerprint(ToolResult("c", "cat: x: NO SUCH FILE OR DIRECTORY"), small).is_error
+    assert fingerprint(ToolResult("c", "  FATAL: disk full"), small).is_error
+    assert not fingerprint(ToolResult("c", "ok\nerror: only at the start of the text counts"), small).is_error

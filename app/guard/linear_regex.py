@@ -17,7 +17,7 @@ the text; ``\\d``, ``\\s`` and ``\\b`` are ASCII classes. Flags are inline
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import re2  # type: ignore[import-untyped]  # no stubs; typed by the Protocols below
@@ -39,6 +39,10 @@ class LinearMatch(Protocol):
 
 class LinearPattern(Protocol):
     """A compiled pattern (``re.Pattern``'s methods the guard uses, same semantics)."""
+
+    #: The source as compiled, inline flags included (``(?m)^Wall time: ...``).
+    @property
+    def pattern(self) -> str: ...
 
     def search(self, text: str) -> LinearMatch | None: ...
 
@@ -72,3 +76,19 @@ def compile_linear(pattern: str, *, multiline: bool = False, ignorecase: bool = 
     except (TypeError, UnicodeError) as exc:
         raise UnsafePattern(str(exc)) from None
     return compiled
+
+
+def any_of(patterns: Sequence[LinearPattern]) -> LinearPattern | None:
+    """One pattern found in a text exactly when at least one of ``patterns`` is found
+    in it: ``(?:p1)|(?:p2)|...``, each keeping its own inline flags (a flag set at the
+    start of a group holds to the group's end). One linear pass tells that a text needs
+    none of them, where searching each costs a pass per pattern.
+
+    ``None`` for no patterns, or when RE2 refuses the combination (its program over
+    :data:`MAX_PROGRAM_BYTES`): the caller searches them one by one."""
+    if not patterns:
+        return None
+    try:
+        return compile_linear("|".join(f"(?:{p.pattern})" for p in patterns))
+    except UnsafePattern:
+        return None

@@ -48,10 +48,10 @@ backreferences) compiled multi-line. The defaults run under RE2 too. The default
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
-from app.guard.linear_regex import LinearMatch, LinearPattern, UnsafePattern, compile_linear
+from app.guard.linear_regex import LinearMatch, LinearPattern, UnsafePattern, any_of, compile_linear
 
 #: Replacement for a match of an operator's pattern.
 OPERATOR_MASK = "<masked>"
@@ -109,11 +109,23 @@ DEFAULT_RULES: tuple[Rule, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class Normalizer:
-    """An ordered tuple of rules; calling it normalises one tool result's text."""
+    """An ordered tuple of rules; calling it normalises one tool result's text.
+
+    A text no rule matches is returned after one pass over it (the rules' patterns
+    combined, :func:`~app.guard.linear_regex.any_of`): then every rule would have left
+    it as it is, since each sees the text the ones before it left. Any match, and the
+    rules run one by one, in order."""
 
     rules: tuple[Rule, ...]
+    #: The rules' patterns combined (``None``: none, or too large to combine).
+    any_rule: LinearPattern | None = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "any_rule", any_of([rule.pattern for rule in self.rules]))
 
     def __call__(self, text: str) -> str:
+        if self.any_rule is not None and self.any_rule.search(text) is None:
+            return text
         for rule in self.rules:
             text = rule.apply(text)
         return text

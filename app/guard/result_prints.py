@@ -36,7 +36,7 @@ from app.guard.fingerprint import (
     is_empty_result,
     result_hash,
 )
-from app.guard.linear_regex import LinearPattern
+from app.guard.linear_regex import LinearPattern, any_of
 from app.guard.normalize import Normalizer
 from app.guard.policy import Policy
 from app.settings import Settings
@@ -112,9 +112,19 @@ def _cut(data: bytes, scan_bytes: int) -> tuple[int, int]:
     return head_end, tail_start
 
 
-def _failed(result: ToolResult, texts: Sequence[str], patterns: Sequence[LinearPattern]) -> bool:
+@lru_cache(maxsize=8)
+def _any_pattern(patterns: tuple[LinearPattern, ...]) -> LinearPattern | None:
+    return any_of(patterns)
+
+
+def _failed(result: ToolResult, texts: Sequence[str], patterns: tuple[LinearPattern, ...]) -> bool:
+    """The wire's flag when it has one, else whether any failure pattern is found in
+    ``texts`` (one pass per text over the patterns combined)."""
     if result.is_error is not None:
         return result.is_error
+    combined = _any_pattern(patterns)
+    if combined is not None:
+        return any(combined.search(t) is not None for t in texts)
     return any(p.search(t) for p in patterns for t in texts)
 
 
