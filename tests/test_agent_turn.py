@@ -16,6 +16,7 @@ from app.admission.admission import admit
 from app.admission.tokens import token_hash
 from app.errors import GatewayError
 from app.guard.ledger import GuardRequest
+from app.guard.result_prints import config_for, fingerprints
 from app.settings import Settings
 from app.wire.base import ToolCall, ToolResult
 
@@ -111,3 +112,39 @@ async def test_a_changed_loop_guard_applies_to_the_next_turn(pool, opened, datab
     assert results == ["admitted"] * 4 + ["repeated_tool_call"], results
     detail = await pool.fetchval("SELECT stop_detail FROM tasks WHERE id = $1", task_id)
     assert json.loads(detail)["count"] == 5 if isinstance(detail, str) else detail["count"] == 5
+
+
+async def _open_turn_counting_writes(pool, hashed: str, settings: Settings, guard: GuardRequest):
+    """``open_turn`` in a transaction of its own, with the ``tool_calls`` rows it inserted
+    and updated (``pg_stat_xact_user_tables``, before and after: the view also holds the
+    connection's earlier transactions not yet reported to the cumulative statistics)."""
+    counts = "SELECT n_tup_ins, n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'tool_calls'"
+    async with pool.acquire() as conn:
+        async with conn.transaction():
+            before = await conn.fetchrow(counts)
+            turn = await agent_turn.open_turn(conn, hashed, guard, settings)
+            after = await conn.fetchrow(counts)
+    return turn, (after[0] - before[0], after[1] - before[1])
+
+
+async def test_a_new_call_is_written_with_its_result_in_one_row(pool, database_url):
+    """A call new to the ledger that carries its result (an agent writing tool use as
+    text, a history replayed) is inserted completed: one row version, no update; a result
+    for a call the ledger held pending still completes it. ``completed`` counts both."""
+    settings = Settings(database_url=database_url)
+    task_id, hashed = await _task(pool, 100)
+    assert await _admit(pool, hashed, settings, _turn("warm")) == "admitted"  # known here: the path is taken
+    await pool.execute("INSERT INTO tool_calls (task_id, call_id, conversation_key, tool_name, arguments_hash)"
+                       " VALUES ($1, 'pending', $2, 'read_file', 'h')", task_id, KEY)
+    guard = GuardRequest(KEY, [ToolCall("fresh", "read_file", {"id": "fresh"})],
+                         [ToolResult("fresh", "first"), ToolResult("fresh", "second"), ToolResult("pending", "ok")])
+    turn, writes = await _open_turn_counting_writes(pool, hashed, settings, guard)
+    assert turn is not None and turn.recorded
+    assert (turn.new_calls, turn.completed) == (1, 2)
+    assert writes == (1, 1)  # the new call inserted completed; only the pending one updated
+    rows = {r["call_id"]: r for r in await pool.fetch(
+        "SELECT call_id, result_hash, completed_at FROM tool_calls WHERE task_id = $1", task_id)}
+    assert rows["fresh"]["completed_at"] is not None and rows["pending"]["completed_at"] is not None
+    first, second = (fingerprints([], [ToolResult("fresh", text)], config_for(turn.task, settings))
+                     .results[0].result_hash for text in ("first", "second"))
+    assert rows["fresh"]["result_hash"] == first != second  # the first result given for an id is kept
