@@ -7,7 +7,7 @@ on 1,000 tasks under one budget, from two processes, and the ratio. Two loads:
   chat completions to the bench upstream, one ``bench.load`` process per gateway: the
   cost as the agents see it, per request through a gateway.
 
-Run as ``python -m bench.budgets [--http] [--concurrency 64] [--duration 5]``: a private embedded
+Run as ``python -m bench.budgets [--http] [--concurrency 64] [--duration 8] [--rounds 5]``: a private embedded
 PostgreSQL, migrated; prints one JSON line per group and round (the groups alternate,
 ``--rounds`` times) and one with the ratios (throughput with a budget / without, p99
 with / without: the median over rounds, and each round's). The budget has a request limit
@@ -99,10 +99,12 @@ def _run_group(url: str, tokens: list[str], concurrency: int, duration_s: float,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--duration", type=float, default=8.0, help="seconds per group and round")
     parser.add_argument("--processes", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="rounds of both groups, alternating (the ratios are per round)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="rounds of both groups, alternating (the ratios are per round; single rounds"
+                             " of --http ranged 0.70-0.98x on a 2-core machine, so fewer can land either"
+                             " side of a target)")
     parser.add_argument("--http", action="store_true",
                         help="through --processes gateways (one worker each) and the bench upstream")
     args = parser.parse_args()
