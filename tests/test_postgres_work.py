@@ -142,13 +142,13 @@ async def _responses_and_count(url: str, stats_url: str, n: int) -> tuple[dict[s
 
 
 @pytest.mark.parametrize("route", ["direct", "pgbouncer"])
-def test_a_response_with_tool_calls_is_three_statements(routes, route):
-    """A finished response carrying a new tool call and usage, no stop: ``BEGIN``, one
-    ``SELECT`` (lock, usage, ledger, counts, history window), ``COMMIT``; the counters and
+def test_a_response_with_tool_calls_is_one_statement(routes, route):
+    """A finished response carrying a new tool call and usage, no stop: one ``SELECT``
+    (lock, usage, ledger, counts, history window), its own transaction; the counters and
     the ledger hold what they always did."""
     calls, counted = asyncio.run(_responses_and_count(routes[route], routes["stats"], 20))
-    assert sum(calls.values()) == 3 * 20, calls
-    assert sorted(q.split()[0].upper() for q in calls) == ["BEGIN", "COMMIT", "SELECT"], calls
+    assert sum(calls.values()) == 20, calls
+    assert [q.split()[0].upper() for q in calls] == ["SELECT"], calls
     assert counted == {"tokens": 22 * 15, "tool_calls": 22, "pending": 22, "conversation_calls": 22}, counted
 
 

@@ -15,6 +15,8 @@ from app.admission.cost import Settlement
 from app.db import tasks as task_rows
 from app.guard import ledger
 from app.guard.detector import Action
+from app.proxy.accounting import Accounting
+from app.proxy.outcome import Outcome
 from app.settings import Settings
 from app.wire.base import ResponseSummary, ToolCall, Usage
 
@@ -108,7 +110,10 @@ async def test_the_detector_judges_the_window_of_the_locked_rows_loop_guard(pool
     assert judged == [64, 100, 101, 64, 64]
 
 
-async def test_a_stop_is_recorded_with_the_response_or_not_at_all(pool, settings, monkeypatch):
+async def test_a_stop_whose_latch_fails_is_raised_after_the_response_is_recorded_once(pool, settings, monkeypatch):
+    """The response is one statement of its own; the latch its own durable transaction.
+    When the latch fails, the response stays recorded (once) and ``LatchPending`` carries
+    the stop for the caller to set again (:mod:`app.proxy.accounting` does, retried)."""
     task_id = await _task(pool, tool_call_limit=2)
     usage = Usage(input_tokens=7, output_tokens=3)
     real = task_rows.set_latch
@@ -117,14 +122,39 @@ async def test_a_stop_is_recorded_with_the_response_or_not_at_all(pool, settings
         raise RuntimeError("the latch failed")
 
     monkeypatch.setattr(task_rows, "set_latch", failing)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ledger.LatchPending) as pending:
         await ledger.record_response(pool, task_id, KEY, _answer("a", "b", "c", usage=usage), settings)
-    assert await _counters(pool, task_id) == (0, 0, Decimal(0), Decimal(0), 0, "active")
-    assert await pool.fetchval("SELECT count(*) FROM tool_calls WHERE task_id = $1", task_id) == 0
+    assert (pending.value.verdict.action, pending.value.verdict.reason) == (Action.STOP, "tool_call_limit")
+    assert isinstance(pending.value.__cause__, RuntimeError)
+    assert await _counters(pool, task_id) == (7, 3, Decimal(0), Decimal(0), 3, "active")
+    assert await pool.fetchval("SELECT count(*) FROM tool_calls WHERE task_id = $1", task_id) == 3
     monkeypatch.setattr(task_rows, "set_latch", real)
-    verdict = await ledger.record_response(pool, task_id, KEY, _answer("a", "b", "c", usage=usage), settings,
+    verdict = await ledger.record_response(pool, task_id, KEY, _answer("d", usage=usage), settings,
                                            request_id="req-1")
     assert verdict is not None and (verdict.action, verdict.reason) == (Action.STOP, "tool_call_limit")
-    assert await _counters(pool, task_id) == (7, 3, Decimal(0), Decimal(0), 3, "stopped")
+    assert await _counters(pool, task_id) == (14, 6, Decimal(0), Decimal(0), 4, "stopped")
     event = await pool.fetchrow("SELECT kind, reason, detail FROM task_events WHERE task_id = $1", task_id)
     assert (event["kind"], event["reason"], event["detail"]["request_id"]) == ("stopped", "tool_call_limit", "req-1")
+
+
+async def test_accounting_sets_a_failed_latch_again_without_recording_the_response_twice(pool, settings,
+                                                                                        monkeypatch):
+    """The proxy's accounting gets ``LatchPending`` when a response's stop could not be
+    latched: it latches again, on its own, and the response's usage is counted once."""
+    task_id = await _task(pool, tool_call_limit=2)
+    real, attempts = task_rows.set_latch, []
+
+    async def failing_once(*args, **kwargs):  # type: ignore[no-untyped-def]
+        attempts.append(args[1])
+        if len(attempts) == 1:
+            raise RuntimeError("the latch failed")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(task_rows, "set_latch", failing_once)
+    accounting = Accounting(pool, settings, task_id, KEY, guard_enabled=True, request_id="req-2")
+    await accounting(Outcome(summary=_answer("a", "b", "c", usage=Usage(input_tokens=7, output_tokens=3))))
+    assert attempts == [task_id, task_id]
+    assert await _counters(pool, task_id) == (7, 3, Decimal(0), Decimal(0), 3, "stopped")
+    event = await pool.fetchrow("SELECT reason, detail FROM task_events WHERE task_id = $1 AND kind = 'stopped'",
+                                task_id)
+    assert (event["reason"], event["detail"]["request_id"]) == ("tool_call_limit", "req-2")

@@ -28,7 +28,8 @@ import asyncpg
 
 from app.guard.detector import Action, CallRecord, Verdict, window_size
 from app.admission.limits import limit_breach
-from app.guard.ledger import WINDOW_COLUMNS, GuardRequest, call_rows, result_rows, window_records
+from app.guard.ledger import GuardRequest
+from app.guard.ledger_rows import WINDOW_COLUMNS, call_rows, result_rows, window_records
 from app.guard.ledger import judge as judge_window
 from app.guard.policy import Policy
 from app.guard.result_prints import config_for, fingerprints

@@ -36,13 +36,11 @@ import asyncpg
 
 from app import events
 from app.db import tasks as task_rows
-from app.db.bounds import ledger_text, storable_json
 from app.db.pool import RELAXED_COMMIT
 from app.guard import conversations
 from app.guard.conversation_rules import answer_repeats, repeated_response
 from app.guard.detector import MIN_WINDOW, Action, CallRecord, Thresholds, Verdict, detect, window_size
-from app.guard.fingerprint import arguments_hash
-from app.guard.preview import argument_preview
+from app.guard.ledger_rows import WINDOW_COLUMNS, call_rows, result_rows, window_records
 from app.guard.normalize import Normalizer
 from app.guard.policy import Policy
 from app.guard.result_prints import RequestPrints, config_for, fingerprints
@@ -125,9 +123,6 @@ _ADD_ANSWER_IN_WINDOW = _ANSWER.format(settle=", " + _IN_WINDOW.format(after="ta
 # A response's tool calls (migration 0011): relaxed commit, task row lock, usage and
 # settlement (the hold row as in _ADD_USAGE), pending ledger rows, task and conversation
 # counts, the locked row after them and the conversation's window ($3 records, oldest first).
-#: The history window as migrations 0009 and 0011 return it: one array per
-#: :class:`CallRecord` field, oldest first (read with :func:`window_records`).
-WINDOW_COLUMNS = " f.window_ids, f.window_names, f.window_arguments, f.window_results, f.window_errors, f.window_empty"
 _RECORD_RESPONSE = (
     "SELECT (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS response_conversation_calls,"
     + WINDOW_COLUMNS +
@@ -201,23 +196,6 @@ async def _insert_calls(conn: asyncpg.Connection, task_id: str, conversation_key
     return len(rows)
 
 
-def call_rows(calls: Sequence[ToolCall], hashes: Sequence[str] | None,
-              preview_chars: int) -> tuple[list[str], list[str], list[str], list[str | None]]:
-    """The ledger's columns for ``calls`` (call ids, tool names, arguments hashes,
-    argument previews), as the batch insert takes them."""
-    return ([ledger_text(c.call_id) for c in calls], [ledger_text(c.name) for c in calls],
-            list(hashes) if hashes is not None else [arguments_hash(c.arguments) for c in calls],
-            [storable_json(argument_preview(c.arguments, preview_chars)) for c in calls])
-
-
-def result_rows(prints: RequestPrints) -> tuple[list[str], list[str], list[bool], list[bool], list[str | None]]:
-    """The ledger's result columns for a request's fingerprints (call ids, result hashes,
-    failure flags, empty flags, raw hashes), as the batch completion takes them."""
-    p = prints.results
-    return ([r.call_id for r in p], [r.result_hash for r in p], [r.is_error for r in p],
-            [r.is_empty for r in p], [r.raw_hash for r in p])
-
-
 def judge(history: Sequence[CallRecord], policy: Policy, conversation_key: str, normalizer: Normalizer, *,
           task_tool_calls: int, conversation_tool_calls: int) -> Verdict:
     """The detector's verdict on a conversation's window (oldest first), described
@@ -225,15 +203,6 @@ def judge(history: Sequence[CallRecord], policy: Policy, conversation_key: str, 
     thresholds = policy.thresholds
     return _describe(detect(history, thresholds, task_tool_calls=task_tool_calls,
                             conversation_tool_calls=conversation_tool_calls), thresholds, conversation_key, normalizer)
-
-
-def window_records(row: Mapping[str, Any]) -> list[CallRecord]:
-    """The history window of a row selected with :data:`WINDOW_COLUMNS`, oldest first
-    (empty when the function returned none)."""
-    if row["window_ids"] is None:
-        return []
-    return [CallRecord(*r) for r in zip(row["window_ids"], row["window_names"], row["window_arguments"],
-                                        row["window_results"], row["window_errors"], row["window_empty"])]
 
 
 async def _history(conn: asyncpg.Connection, task_id: str, conversation_key: str,
@@ -283,6 +252,16 @@ async def record_request(conn: asyncpg.Connection, task: Task, guard: GuardReque
     return verdict
 
 
+class LatchPending(Exception):
+    """A response was recorded (committed) and its loop-guard stop judged, but setting
+    the latch failed (the cause is chained): set it again from ``verdict`` (reason,
+    detail); recording the response again would count its usage twice."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.reason)
+        self.verdict = verdict
+
+
 async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: str,
                           summary: ResponseSummary, settings: Settings,
                           settlement: Settlement | None = None, *,
@@ -297,9 +276,16 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
     usage and dollars go into it in the same statement (:data:`_IN_WINDOW`), and
     :data:`events.BUDGET_SPENT <app.events.BUDGET_SPENT>` reports its dollars after.
 
-    A response with tool calls is one transaction: ``BEGIN``, one ``SELECT`` of
+    A response with tool calls is one statement, its own transaction: a ``SELECT`` of
     ``taskgate_record_response()`` (migration 0011: lock, usage, ledger, counts and the
-    conversation's window), the detector in Python, the latch on a stop, ``COMMIT``.
+    conversation's window); then the detector in Python and, on a stop, the latch in a
+    durable transaction of its own (the first reason wins). Holding the row lock over
+    the detector bought no ordering: the client has the response's last byte before
+    this runs, so its next request may be admitted first either way
+    (:mod:`app.admission.in_flight`). A latch that fails after the response was recorded
+    raises :class:`LatchPending`: the caller sets that latch again and never records the
+    response twice; a latch lost with a crash in between is set by the next request's
+    own judgement of the same window, which holds these calls.
 
     Returns the detector's verdict when tool calls were recorded, the
     ``repeated_response`` verdict for a text answer, else ``None``.
@@ -323,30 +309,33 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
                 await conn.execute(_ADD_USAGE, task_id, *counters, reservation_id)
             return None
         window = _windows.get(task_id, _windows.get("", MIN_WINDOW))
-        async with conn.transaction():  # BEGIN, one SELECT, [the latch], COMMIT
-            args = (task_id, conversation_key, window, counters is not None, *(counters or _NO_COUNTERS),
-                    reservation_id, *call_rows(summary.tool_calls, None, settings.ledger_argument_preview))
-            row = await (conn.fetchrow(_RECORD_RESPONSE_IN_WINDOW, *args, *in_window) if in_window is not None
-                         else conn.fetchrow(_RECORD_RESPONSE, *args))
-            if row is None:
-                return None
-            _report_settled(row)
-            if not row["response_new_calls"]:
-                return Verdict(Action.OK)
-            task = Task.from_row(row)  # after the counts; the columns the policy reads are unchanged
-            policy = Policy(task, settings)
-            thresholds = policy.thresholds
-            needed = _remember_window(task_id, window_size(thresholds))
-            if needed > window:  # its loop_guard changed since (or first seen here): read the wider window
-                history = await _history(conn, task_id, conversation_key, thresholds)
-            else:
-                history = window_records(row)[-needed:]
-            verdict = judge(history, policy, conversation_key, policy.normalizer, task_tool_calls=task.tool_calls,
-                            conversation_tool_calls=row["response_conversation_calls"])
-            if verdict.action is Action.STOP and task.active:
-                await task_rows.set_latch(conn, task_id, verdict.reason or "stopped", dict(verdict.detail),
-                                          request_id=request_id)
-            return verdict
+        args = (task_id, conversation_key, window, counters is not None, *(counters or _NO_COUNTERS),
+                reservation_id, *call_rows(summary.tool_calls, None, settings.ledger_argument_preview))
+        row = await (conn.fetchrow(_RECORD_RESPONSE_IN_WINDOW, *args, *in_window) if in_window is not None
+                     else conn.fetchrow(_RECORD_RESPONSE, *args))  # one statement, its own (relaxed) transaction
+        if row is None:
+            return None
+        _report_settled(row)
+        if not row["response_new_calls"]:
+            return Verdict(Action.OK)
+        task = Task.from_row(row)  # after the counts; the columns the policy reads are unchanged
+        policy = Policy(task, settings)
+        thresholds = policy.thresholds
+        needed = _remember_window(task_id, window_size(thresholds))
+        if needed > window:  # its loop_guard changed since (or first seen here): read the wider window
+            history = await _history(conn, task_id, conversation_key, thresholds)
+        else:
+            history = window_records(row)[-needed:]
+        verdict = judge(history, policy, conversation_key, policy.normalizer, task_tool_calls=task.tool_calls,
+                        conversation_tool_calls=row["response_conversation_calls"])
+        if verdict.action is Action.STOP and task.active:
+            try:
+                async with conn.transaction():
+                    await task_rows.set_latch(conn, task_id, verdict.reason or "stopped", dict(verdict.detail),
+                                              request_id=request_id)
+            except Exception as exc:
+                raise LatchPending(verdict) from exc
+        return verdict
 
 
 def _report_settled(row: Mapping[str, Any] | None) -> None:

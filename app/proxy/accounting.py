@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 from typing import Awaitable, Callable
 
@@ -33,9 +34,9 @@ from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
 from app.db.pool import RELAXED_COMMIT, relaxed
 from app.db.retry import backlog
-from app.guard.ledger import record_response
+from app.guard.ledger import LatchPending, record_response
 from app.proxy.outcome import Outcome
-from app.wire.base import Usage
+from app.wire.base import ResponseSummary, Usage
 from app.settings import Settings
 
 _EVENT_KINDS = {
@@ -116,11 +117,8 @@ class Accounting:
         if summary.tool_calls or summary.usage is not None or settlement is not None \
                 or summary.text_sha256 is not None:
             usage = summary.usage
-            await self._retried(lambda: record_response(
-                self.pool, self.task_id, self.conversation_key, summary, self.settings, settlement,
-                request_id=self.request_id, seen_answer_sha256=self.seen_answer_sha256,
-                reservation_id=self.reservation_id, budget_window=in_window),
-                f"the usage ({usage.input_tokens if usage else 0} input, "
+            await self._retried(lambda: self._record_response(summary, settlement, in_window),
+                                f"the usage ({usage.input_tokens if usage else 0} input, "
                 f"{usage.output_tokens if usage else 0} output tokens), cost and "
                 f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")
             if self.reservation_usd:
@@ -157,6 +155,19 @@ class Accounting:
             if not database_unreachable(exc):
                 raise
             backlog.submit(write, what, self.settings.accounting_retry_s, exc)
+
+    async def _record_response(self, summary: ResponseSummary, settlement: Settlement | None,
+                               in_window: tuple[str, datetime] | None) -> None:
+        """:func:`record_response`; a stop whose latch failed after the response was
+        recorded is latched again on its own (retried like any write), never by
+        recording the response twice."""
+        try:
+            await record_response(self.pool, self.task_id, self.conversation_key, summary, self.settings, settlement,
+                                  request_id=self.request_id, seen_answer_sha256=self.seen_answer_sha256,
+                                  reservation_id=self.reservation_id, budget_window=in_window)
+        except LatchPending as pending:
+            reason, detail = pending.verdict.reason or "stopped", dict(pending.verdict.detail)
+            await self._retried(lambda: self._latch(reason, detail), f"the {reason} stop of task {self.task_id}")
 
     async def _set_anchor(self, anchor: Anchor) -> None:
         async with self.pool.acquire() as conn:
