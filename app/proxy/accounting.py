@@ -119,8 +119,8 @@ class Accounting:
             usage = summary.usage
             await self._retried(lambda: self._record_response(summary, settlement, in_window),
                                 f"the usage ({usage.input_tokens if usage else 0} input, "
-                f"{usage.output_tokens if usage else 0} output tokens), cost and "
-                f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")
+                                f"{usage.output_tokens if usage else 0} output tokens), cost and "
+                                f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")
             if self.reservation_usd:
                 holds.settled(self.task_id)  # requests of the task waiting here decide again now
             if self.reservation_usd and usage is not None and settlement is not None:
