@@ -1,7 +1,7 @@
 """The agent-turn path: a request carrying tool results admitted in one statement.
 
 Inside the admission transaction, :func:`open_turn` runs ``taskgate_agent_turn()``
-(migration 0009): it locks the task row by token hash and, when the task may take this
+(migrations 0009 and 0012): it locks the task row by token hash and, when the task may take this
 path (active; no dollar ceiling, ``allowed_models``, budget or conversation
 request/duration ceiling; ``loop_guard`` as this process last saw it), records the
 request's tool calls and results in the ledger, counts its new calls, counts the request
