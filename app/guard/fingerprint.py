@@ -21,9 +21,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 from typing import Any
 
-from app.guard.linear_regex import LinearPattern, compile_linear
+from app.guard.linear_regex import LinearPattern, any_of, compile_linear
 from app.wire.base import ToolResult
 
 #: Prefix of the hashed material when the arguments are a JSON value.
@@ -158,12 +159,25 @@ DEFAULT_PATTERNS: tuple[LinearPattern, ...] = compile_patterns(DEFAULT_ERROR_PAT
 DEFAULT_EMPTY_PATTERNS: tuple[LinearPattern, ...] = compile_patterns(DEFAULT_EMPTY_RESULT_PATTERNS)
 
 
-def is_failure(result: ToolResult, patterns: Sequence[LinearPattern]) -> bool:
+@lru_cache(maxsize=8)
+def _any_pattern(patterns: tuple[LinearPattern, ...]) -> LinearPattern | None:
+    return any_of(patterns)
+
+
+def is_failure(result: ToolResult, patterns: Sequence[LinearPattern], texts: Sequence[str] | None = None) -> bool:
     """Whether a tool result is a failure.
 
     The wire's own flag wins when present (``is_error`` True or False); otherwise
-    the result failed when any pattern is found (``re.search``) in its output.
+    the result failed when any pattern is found (``re.search``) in its output, or in
+    ``texts`` when given (the parts of a long result that are read,
+    :mod:`app.guard.result_prints`). The patterns are searched as one combined pattern,
+    one pass per text (:func:`~app.guard.linear_regex.any_of`), or one by one when RE2
+    refuses the combination.
     """
     if result.is_error is not None:
         return result.is_error
-    return any(p.search(result.output) for p in patterns)
+    searched = (result.output,) if texts is None else texts
+    combined = _any_pattern(tuple(patterns))
+    if combined is not None:
+        return any(combined.search(t) is not None for t in searched)
+    return any(p.search(t) for p in patterns for t in searched)

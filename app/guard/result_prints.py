@@ -34,9 +34,10 @@ from app.guard.fingerprint import (
     arguments_hash,
     compile_patterns,
     is_empty_result,
+    is_failure,
     result_hash,
 )
-from app.guard.linear_regex import LinearPattern, any_of
+from app.guard.linear_regex import LinearPattern
 from app.guard.normalize import Normalizer
 from app.guard.policy import Policy
 from app.settings import Settings
@@ -112,22 +113,6 @@ def _cut(data: bytes, scan_bytes: int) -> tuple[int, int]:
     return head_end, tail_start
 
 
-@lru_cache(maxsize=8)
-def _any_pattern(patterns: tuple[LinearPattern, ...]) -> LinearPattern | None:
-    return any_of(patterns)
-
-
-def _failed(result: ToolResult, texts: Sequence[str], patterns: tuple[LinearPattern, ...]) -> bool:
-    """The wire's flag when it has one, else whether any failure pattern is found in
-    ``texts`` (one pass per text over the patterns combined)."""
-    if result.is_error is not None:
-        return result.is_error
-    combined = _any_pattern(patterns)
-    if combined is not None:
-        return any(combined.search(t) is not None for t in texts)
-    return any(p.search(t) for p in patterns for t in texts)
-
-
 def _encoded(text: str) -> tuple[bytes, str]:
     """The UTF-8 bytes that are hashed (lone surrogates kept, ``surrogatepass``) and the
     text the regexes read (each lone surrogate as U+FFFD: RE2 reads valid UTF-8 only)."""
@@ -147,14 +132,14 @@ def fingerprint(result: ToolResult, config: PrintConfig) -> ResultPrint:
     raw = hashlib.sha256(data).hexdigest() if config.raw_hash else None
     if len(data) <= config.scan_bytes:
         normalized = config.normalizer(text)
-        return ResultPrint(call_id, result_hash(normalized), _failed(result, (text,), config.error_patterns),
+        return ResultPrint(call_id, result_hash(normalized), is_failure(result, config.error_patterns, (text,)),
                            is_empty_result(normalized, config.empty_patterns), raw)
     head_end, tail_start = _cut(data, config.scan_bytes)
     head = data[:head_end].decode("utf-8", "replace")
     tail = data[tail_start:].decode("utf-8", "replace")
     middle = hashlib.sha256(memoryview(data)[head_end:tail_start]).hexdigest()
     material = f"{BOUNDED_PREFIX}{config.normalizer(head)}\x00{middle}\x00{config.normalizer(tail)}"
-    return ResultPrint(call_id, result_hash(material), _failed(result, (head, tail), config.error_patterns),
+    return ResultPrint(call_id, result_hash(material), is_failure(result, config.error_patterns, (head, tail)),
                        False, raw)
 
 
