@@ -158,3 +158,28 @@ async def test_accounting_sets_a_failed_latch_again_without_recording_the_respon
     event = await pool.fetchrow("SELECT reason, detail FROM task_events WHERE task_id = $1 AND kind = 'stopped'",
                                 task_id)
     assert (event["reason"], event["detail"]["request_id"]) == ("tool_call_limit", "req-2")
+
+
+async def test_accounting_sets_a_failed_repeated_response_latch_again_counting_the_answer_once(pool, database_url,
+                                                                                               monkeypatch):
+    """The same for a text answer's ``repeated_response`` stop: the answer's statement has
+    committed its usage and streak when the latch fails; the latch is set again on its
+    own and the usage stays counted once."""
+    settings = Settings(database_url=database_url, response_repeats=2)
+    task_id = await _task(pool)
+    real, attempts = task_rows.set_latch, []
+
+    async def failing_once(*args, **kwargs):  # type: ignore[no-untyped-def]
+        attempts.append(args[1])
+        if len(attempts) == 1:
+            raise RuntimeError("the latch failed")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(task_rows, "set_latch", failing_once)
+    for _ in range(2):  # the same answer twice: the second reaches the threshold
+        accounting = Accounting(pool, settings, task_id, KEY, guard_enabled=True, count_answer=True)
+        await accounting(Outcome(summary=ResponseSummary(usage=Usage(input_tokens=7, output_tokens=3),
+                                                         terminal_seen=True, text_sha256="b" * 64)))
+    assert attempts == [task_id, task_id]
+    assert await _counters(pool, task_id) == (14, 6, Decimal(0), Decimal(0), 0, "stopped")
+    assert await pool.fetchval("SELECT stop_reason FROM tasks WHERE id = $1", task_id) == "repeated_response"

@@ -329,12 +329,7 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
         verdict = judge(history, policy, conversation_key, policy.normalizer, task_tool_calls=task.tool_calls,
                         conversation_tool_calls=row["response_conversation_calls"])
         if verdict.action is Action.STOP and task.active:
-            try:
-                async with conn.transaction():
-                    await task_rows.set_latch(conn, task_id, verdict.reason or "stopped", dict(verdict.detail),
-                                              request_id=request_id)
-            except Exception as exc:
-                raise LatchPending(verdict) from exc
+            await _latch_recorded(conn, task_id, verdict, request_id)
         return verdict
 
 
@@ -366,7 +361,7 @@ async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_ke
     """Add a text answer's usage (and into ``budget_window``) and extend (or end) the
     conversation's run of identical answers in one statement (:data:`_ADD_ANSWER`); latch
     the task with ``repeated_response`` when the run reaches the threshold in force (its
-    own durable transaction: the first reason wins)."""
+    own durable transaction: the first reason wins; :class:`LatchPending` when it fails)."""
     args = (task_id, *counters, reservation_id, conversation_key, text_sha256, repeat)
     row = await (conn.fetchrow(_ADD_ANSWER_IN_WINDOW, *args, *budget_window) if budget_window is not None
                  else conn.fetchrow(_ADD_ANSWER, *args))
@@ -379,8 +374,19 @@ async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_ke
     if stop is None:
         return None
     reason, detail = stop
-    detail = {**detail, "conversation_key": conversation_key, "text_sha256": text_sha256}
+    verdict = Verdict(Action.STOP, reason, streak,
+                      {**detail, "conversation_key": conversation_key, "text_sha256": text_sha256})
     if task.active:
+        await _latch_recorded(conn, task_id, verdict, request_id)
+    return verdict
+
+
+async def _latch_recorded(conn: asyncpg.Connection, task_id: str, verdict: Verdict, request_id: str | None) -> None:
+    """The stop latch for a response already recorded (committed), in a durable
+    transaction of its own (the first reason wins); :class:`LatchPending` when it fails."""
+    try:
         async with conn.transaction():
-            await task_rows.set_latch(conn, task_id, reason, detail, request_id=request_id)
-    return Verdict(Action.STOP, reason, streak, detail)
+            await task_rows.set_latch(conn, task_id, verdict.reason or "stopped", dict(verdict.detail),
+                                      request_id=request_id)
+    except Exception as exc:
+        raise LatchPending(verdict) from exc
