@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from app.admission import known_turn
 from app.admission import turn as agent_turn
 from app.admission.admission import admit
 from app.admission.tokens import token_hash
@@ -25,16 +26,23 @@ KEY = "s:agent-turn"
 
 @pytest.fixture
 def opened(monkeypatch):
-    """How many turns ``taskgate_agent_turn()`` recorded (the path was taken)."""
+    """How many turns ``taskgate_agent_turn()`` recorded (the path was taken), in a
+    transaction or in one statement (``taskgate_known_turn()``)."""
     seen: Counter[str] = Counter()
-    real = agent_turn.open_turn
+    real, real_known = agent_turn.open_turn, known_turn.admit_known
 
     async def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
         turn = await real(*args, **kwargs)
         seen["recorded" if turn is not None and turn.recorded else "not"] += 1
         return turn
 
+    async def counting_known(*args, **kwargs):  # type: ignore[no-untyped-def]
+        known = await real_known(*args, **kwargs)
+        seen["recorded" if known is not None else "unknown"] += 1
+        return known
+
     monkeypatch.setattr(agent_turn, "open_turn", counting)
+    monkeypatch.setattr(known_turn, "admit_known", counting_known)
     return seen
 
 

@@ -16,6 +16,7 @@ import pytest
 from app.admission.admission import admit
 from app.admission.tokens import token_hash
 from app.db.pool import asyncpg_dsn, create_pool
+from app.guard import known_windows
 from app.guard.detector import Action
 from app.guard.ledger import GuardRequest, record_response
 from app.settings import Settings
@@ -70,7 +71,7 @@ def _turn(i: int) -> GuardRequest:
                         [ToolResult(call_id, f"print({i})")])
 
 
-async def _turns_and_count(url: str, stats_url: str, n: int) -> tuple[dict[str, int], dict[str, object]]:
+async def _turns_and_count(url: str, stats_url: str, n: int, known: bool) -> tuple[dict[str, int], dict[str, object]]:
     stats = await asyncpg.connect(asyncpg_dsn(stats_url))
     try:
         token = "tg-turn-" + secrets.token_hex(8)
@@ -83,6 +84,8 @@ async def _turns_and_count(url: str, stats_url: str, n: int) -> tuple[dict[str, 
                 await admit(pool, token_hash(token), settings, _turn(-1 - i), conversation_key="s:work")
             await stats.execute("SELECT pg_stat_statements_reset()")
             for i in range(n):
+                if not known:
+                    known_windows.forget()  # as after another process wrote the conversation
                 admitted = await admit(pool, token_hash(token), settings, _turn(i), conversation_key="s:work")
                 assert admitted.verdict is not None and admitted.verdict.action is Action.OK
         finally:
@@ -98,12 +101,21 @@ async def _turns_and_count(url: str, stats_url: str, n: int) -> tuple[dict[str, 
 
 @pytest.mark.parametrize("route", ["direct", "pgbouncer"])
 def test_an_agent_turn_admission_is_three_statements(routes, route):
-    """A request carrying a new tool call and its result (the locked path): ``BEGIN``,
-    one ``SELECT`` (lock, ledger, counts, history window), ``COMMIT``; the ledger and
-    the counters hold what the usual path would have written."""
-    calls, counted = asyncio.run(_turns_and_count(routes[route], routes["stats"], 20))
+    """A request carrying a new tool call and its result, the conversation's window not
+    known here: ``BEGIN``, one ``SELECT`` (lock, ledger, counts, history window),
+    ``COMMIT``; the ledger and the counters hold what the usual path would have written."""
+    calls, counted = asyncio.run(_turns_and_count(routes[route], routes["stats"], 20, known=False))
     assert sum(calls.values()) == 3 * 20, calls
     assert sorted(q.split()[0].upper() for q in calls) == ["BEGIN", "COMMIT", "SELECT"], calls
+    assert counted == {"admitted": 22, "tool_calls": 22, "completed": 22}, counted
+
+
+@pytest.mark.parametrize("route", ["direct", "pgbouncer"])
+def test_an_agent_turn_on_a_known_window_is_one_statement(routes, route):
+    """The same turns when the conversation's window is the one the last turn left here:
+    one autocommit statement each (``taskgate_known_turn()``), the same counts."""
+    calls, counted = asyncio.run(_turns_and_count(routes[route], routes["stats"], 20, known=True))
+    assert calls == {next(iter(calls)): 20} and "taskgate_known_turn" in next(iter(calls)), calls
     assert counted == {"admitted": 22, "tool_calls": 22, "completed": 22}, counted
 
 

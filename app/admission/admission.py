@@ -10,6 +10,9 @@ Every admitted POST runs one PostgreSQL transaction that holds the task's row lo
   conversation request/duration ceiling: :mod:`app.admission.turn`): ``BEGIN``, one
   ``SELECT`` that locks the row, writes the ledger, counts and returns the history window,
   the detector in Python, ``COMMIT``. A loop-guard stop rolls back and takes the locked path.
+  With the conversation's window known here (the last statement on it returned it),
+  one autocommit statement instead: the detector judges the predicted window first and
+  the statement checks the prediction under the row lock (:mod:`app.admission.known_turn`).
 - **Locked path** (the fast path refused, or the task has a dollar ceiling or
   ``allowed_models``, or the agent-turn path left it): ``SELECT ... FOR UPDATE``, then the
   pricing checks (:func:`charge_refusal`: not counted, no latch), then the loop guard
@@ -55,7 +58,7 @@ from typing import Any, NoReturn
 
 import asyncpg
 
-from app.admission import ceiling, in_flight, reservations
+from app.admission import ceiling, in_flight, known_turn, reservations
 from app.admission import anchor_rows
 from app.admission import turn as agent_turn
 from app.admission.charge import Charge, charge_refusal
@@ -234,6 +237,9 @@ async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, 
                         guard: GuardRequest | None, charge: Charge, conversation_key: str,
                         request_id: str | None, task_id: str | None) -> Admitted:
     if task_id is None and guard is not None and agent_turn.may_take(token_hash, settings):
+        known = await known_turn.admit_known(conn, token_hash, guard, settings)
+        if known is not None:
+            return Admitted(known.task, known.policy, known.verdict, output_max=charge.added_output_max(known.task))
         turned = await _admit_turn(conn, token_hash, settings, guard, charge, conversation_key, request_id)
         if turned is not None:
             return turned

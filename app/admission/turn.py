@@ -15,6 +15,9 @@ fingerprints before the row is read) is the one of the last locked row seen for 
 token (none seen: no overrides); the function compares it with the locked row's and,
 when they differ, only locks and returns the row: admission commits that and decides on
 the usual path (once per task and process, or after an operator's change).
+
+When the conversation's window is known here, :mod:`app.admission.known_turn` admits the
+turn in one autocommit statement first; this path runs when it cannot.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import asyncpg
 from app.guard.detector import Action, CallRecord, Verdict, window_size
 from app.admission.limits import limit_breach
 from app.guard.ledger import GuardRequest
+from app.guard import known_windows
+from app.guard.known_windows import CallColumns, ResultColumns
 from app.guard.ledger_rows import WINDOW_COLUMNS, call_rows, result_rows, window_records
 from app.guard.ledger import judge as judge_window
 from app.guard.policy import Policy
@@ -79,27 +84,35 @@ async def open_turn(conn: asyncpg.Connection, token_hash: str, guard: GuardReque
         seen = (replace(_template[0], loop_guard=LoopGuard()), {})
     expect = seen is not None
     window, limit, loop_guard = 0, False, None
-    prints = guard.prints
-    calls: tuple[list[Any], ...] = ([], [], [], [])
-    results: tuple[list[Any], ...] = ([], [], [], [], [])
+    calls: CallColumns = ([], [], [], [])
+    results: ResultColumns = ([], [], [], [], [])
     if seen is not None:
         expected, loop_guard = seen
-        policy = Policy(expected, settings)
-        config = config_for(expected, settings)
-        if prints is None or prints.config != config:
-            prints = guard.prints = fingerprints(guard.tool_calls, guard.tool_results, config)
-        window = window_size(policy.thresholds)
+        window, calls, results = rows(expected, guard, settings)
         limit = settings.conversation_tool_call_limit is not None  # the task's own: read on its row
-        calls = call_rows(guard.tool_calls, prints.arguments, settings.ledger_argument_preview)
-        results = result_rows(prints)
     row = await conn.fetchrow(_TURN, token_hash, expect, loop_guard, guard.conversation_key, window, limit,
                               *calls, *results)
     if row is None:
         return None
     task = Task.from_row(row)
     remember(token_hash, task, row["loop_guard"])
+    history = tuple(window_records(row))
+    if row["turn_new_calls"] or row["turn_completed"]:  # else nothing was read (nor changed)
+        known_windows.put(task.id, guard.conversation_key, window, history)
     return Turn(task, row["turn_recorded"], row["turn_counted"], row["turn_new_calls"], row["turn_completed"],
-                row["turn_conversation_calls"], tuple(window_records(row)))
+                row["turn_conversation_calls"], history)
+
+
+def rows(expected: Task, guard: GuardRequest, settings: Settings) -> tuple[int, CallColumns, ResultColumns]:
+    """The history window a turn of ``expected`` reads (records) and the ledger's columns
+    of ``guard``'s tool calls and results; the results are fingerprinted for
+    ``expected``'s configuration here unless ``guard.prints`` already is."""
+    config = config_for(expected, settings)
+    prints = guard.prints
+    if prints is None or prints.config != config:
+        prints = guard.prints = fingerprints(guard.tool_calls, guard.tool_results, config)
+    return (window_size(Policy(expected, settings).thresholds),
+            call_rows(guard.tool_calls, prints.arguments, settings.ledger_argument_preview), result_rows(prints))
 
 
 def may_take(token_hash: str, settings: Settings) -> bool:
@@ -110,6 +123,12 @@ def may_take(token_hash: str, settings: Settings) -> bool:
         return False
     seen = _seen.get(token_hash)
     return seen is None or eligible(seen[0])
+
+
+def expectation(token_hash: str) -> tuple[Task, Any] | None:
+    """The task of ``token_hash`` as this process last locked it and its ``loop_guard``
+    column as stored (``None``: not seen)."""
+    return _seen.get(token_hash)
 
 
 def last_locked(token_hash: str) -> Task | None:
@@ -171,3 +190,4 @@ def forget() -> None:
     """Drop what this process remembers of tasks' ``loop_guard`` (tests)."""
     _seen.clear()
     _template.clear()
+    known_windows.forget()

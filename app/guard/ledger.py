@@ -37,7 +37,7 @@ import asyncpg
 from app import events
 from app.db import tasks as task_rows
 from app.db.pool import RELAXED_COMMIT
-from app.guard import conversations
+from app.guard import conversations, known_windows
 from app.guard.conversation_rules import answer_repeats, repeated_response
 from app.guard.detector import MIN_WINDOW, Action, CallRecord, Thresholds, Verdict, detect, window_size
 from app.guard.ledger_rows import WINDOW_COLUMNS, call_rows, result_rows, window_records
@@ -324,8 +324,11 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
         needed = _remember_window(task_id, window_size(thresholds))
         if needed > window:  # its loop_guard changed since (or first seen here): read the wider window
             history = await _history(conn, task_id, conversation_key, thresholds)
+            known_windows.put(task_id, conversation_key, needed, history)
         else:
-            history = window_records(row)[-needed:]
+            read = window_records(row)
+            known_windows.put(task_id, conversation_key, window, read)
+            history = read[-needed:]
         verdict = judge(history, policy, conversation_key, policy.normalizer, task_tool_calls=task.tool_calls,
                         conversation_tool_calls=row["response_conversation_calls"])
         if verdict.action is Action.STOP and task.active:

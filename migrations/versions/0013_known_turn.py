@@ -1,0 +1,89 @@
+"""``taskgate_known_turn()``: an agent turn in one autocommit statement (issue 23 §2).
+
+The agent-turn path (0009, 0012) needs ``BEGIN`` and ``COMMIT`` around
+``taskgate_agent_turn()`` because the detector judges the window it returns before the
+turn may commit. When the gateway already holds the conversation's window (the last
+statement on it returned it), it predicts the window after this request's writes,
+judges the prediction, and sends this function what it predicted; the function holds
+the task's row lock and:
+
+1. reads the last ``p_window`` ledger rows of the conversation and compares their call
+   ids and result hashes with ``p_known_ids``/``p_known_results`` (a row changes only
+   once, when its result sets ``result_hash``; call ids are unique per task). A
+   different window writes nothing and returns ``known = false``;
+2. runs ``taskgate_agent_turn()`` (which writes, counts and locks the same row again),
+   reading no window back;
+3. checks the turn was the predicted one: recorded, the request counted, ``p_new`` calls
+   new to the ledger and ``p_done`` results completing a call (a call older than the
+   window is not new; an older pending call completed here is one more), and neither
+   tool-call ceiling passed (the task's column, else ``p_tool_call_limit`` /
+   ``p_conversation_tool_call_limit``: the settings). Any difference raises SQLSTATE
+   ``TG001``: the statement rolls back, nothing is written, and the gateway takes the
+   transaction path, whose detector then sees the real window and counts.
+
+Returns one row ``(task, known)`` (``task`` after the count when ``known``), none for
+an unknown token.
+
+Revision ID: 0013
+Revises: 0012
+Create Date: 2026-12-02
+"""
+from alembic import op
+
+revision = "0013"
+down_revision = "0012"
+branch_labels = None
+depends_on = None
+
+_FUNCTION = """
+CREATE OR REPLACE FUNCTION taskgate_known_turn(
+    p_token_hash text, p_loop_guard jsonb, p_key text, p_window integer,
+    p_call_ids text[], p_tool_names text[], p_arguments_hashes text[], p_previews text[],
+    p_result_ids text[], p_result_hashes text[], p_is_error boolean[], p_is_empty boolean[],
+    p_raw_hashes text[], p_known_ids text[], p_known_results text[], p_new integer, p_done integer,
+    p_tool_call_limit bigint, p_conversation_tool_call_limit bigint)
+RETURNS TABLE (task tasks, known boolean)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_id text;
+    v_ids text[];
+    v_results text[];
+    r record;
+    v_calls bigint;
+    v_conversation bigint;
+BEGIN
+    SELECT id INTO v_id FROM tasks WHERE token_hash = p_token_hash FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT coalesce(array_agg(w.call_id ORDER BY w.seq), '{}'), coalesce(array_agg(w.result_hash ORDER BY w.seq), '{}')
+      INTO v_ids, v_results
+      FROM (SELECT seq, call_id, result_hash FROM tool_calls WHERE task_id = v_id AND conversation_key = p_key
+             ORDER BY seq DESC LIMIT p_window) AS w;
+    IF v_ids IS DISTINCT FROM p_known_ids OR v_results IS DISTINCT FROM p_known_results THEN
+        RETURN QUERY SELECT NULL::tasks, false;
+        RETURN;
+    END IF;
+    SELECT * INTO r FROM taskgate_agent_turn(p_token_hash, true, p_loop_guard, p_key, 0,
+        p_conversation_tool_call_limit IS NOT NULL, p_call_ids, p_tool_names, p_arguments_hashes, p_previews,
+        p_result_ids, p_result_hashes, p_is_error, p_is_empty, p_raw_hashes);
+    v_calls := coalesce((r.task).tool_call_limit, p_tool_call_limit);
+    v_conversation := coalesce((r.task).conversation_tool_call_limit, p_conversation_tool_call_limit);
+    IF NOT (r.recorded AND r.counted AND r.new_calls = p_new AND r.completed = p_done
+            AND (v_calls IS NULL OR (r.task).tool_calls <= v_calls)
+            AND (v_conversation IS NULL OR r.conversation_calls <= v_conversation)) THEN
+        RAISE EXCEPTION 'taskgate_known_turn: the turn differs from its prediction' USING ERRCODE = 'TG001';
+    END IF;
+    RETURN QUERY SELECT r.task, true;
+END
+$fn$
+"""
+
+
+def upgrade() -> None:
+    op.execute(_FUNCTION)
+
+
+def downgrade() -> None:
+    op.execute("DROP FUNCTION taskgate_known_turn(text, jsonb, text, integer, text[], text[], text[], text[],"
+               " text[], text[], boolean[], boolean[], text[], text[], text[], integer, integer, bigint, bigint)")
