@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+import asyncpg
 import pytest
 
 from app.admission import known_turn
@@ -39,10 +40,16 @@ def test_the_prediction_completes_pending_calls_and_appends_new_ones():
     assert p is not None and (p.new_calls, p.completed) == (1, 2)
     assert [(r.call_id, r.result_hash, r.is_empty) for r in p.window] == [
         ("a", "r", False), ("b", "rb", True), ("c", "r", False), ("d", "rd", True)]
+    # only the rows the window does not already hold are sent: call b is in it, and
+    # zz's result (no such call here) may complete an older one
+    assert p.calls[0] == ["d"] and p.results[0] == ["b", "d", "zz"]
     # a completed call keeps its result; a new call without a result is pending
     p = predict(before, 64, *_columns(["e"], {"a": "other"}))
     assert p is not None and (p.new_calls, p.completed) == (1, 0)
     assert p.window[0].result_hash == "r" and p.window[-1] == CallRecord("e", "read_file", "a-e", None, None)
+    p = predict(before, 64, *_columns(["a"], {"a": "again", "c": "again"}))
+    assert p is not None and p.calls[0] == [] and p.results[0] == [] and (p.new_calls, p.completed) == (0, 0)
+    assert len(p.calls) == 4 and len(p.results) == 5
     # the window keeps its size
     p = predict(before, 3, *_columns(["d"], {}))
     assert p is not None and [r.call_id for r in p.window] == ["b", "c", "d"]
@@ -87,14 +94,15 @@ def known(monkeypatch):
 async def test_a_window_written_elsewhere_is_judged_as_it_is(pool, known, database_url):
     """Another process added identical calls to the conversation after this one cached
     its window: the cached window shows no loop, the real one does. The statement finds
-    the window changed, writes nothing, and the usual path stops the task."""
+    the window changed, writes nothing and returns it; judged, it stops the turn, which
+    is left to the usual path (the stop and its latch)."""
     settings = Settings(database_url=database_url)
     task_id, hashed = await _task(pool)
     same = {"path": "src/app.py"}
     for call_id in ("w0", "w1"):  # the task is known here, then the conversation's window
         assert await _admit(pool, hashed, settings, _turn(call_id)) == "admitted"
     assert await _admit(pool, hashed, settings, _turn("c1", arguments=same, output="x = 1")) == "admitted"
-    assert known == ["usual", "usual", "known"]
+    assert known == ["usual", "known", "known"]  # the first: the task's loop_guard is not known yet
     await pool.execute(  # three more identical calls, as another gateway would have written them
         "INSERT INTO tool_calls (task_id, call_id, conversation_key, tool_name, arguments_hash, result_hash,"
         " is_error, is_empty, completed_at) SELECT task_id, 'other' || n, conversation_key, tool_name, arguments_hash,"
@@ -104,6 +112,33 @@ async def test_a_window_written_elsewhere_is_judged_as_it_is(pool, known, databa
     assert known[-1] == "usual"
     row = await pool.fetchrow("SELECT admitted_requests, refused_requests, status FROM tasks WHERE id = $1", task_id)
     assert tuple(row) == (3, 1, "stopped")
+
+
+async def test_the_statement_writes_only_on_the_window_it_was_told(pool):
+    """``taskgate_known_turn()`` directly: nothing known, or a known window with the
+    ledger's result hashes but other call ids (or order, or length), is not the ledger's
+    window (nothing written, the window returned); the ledger's own window admits the
+    turn: the digest the gateway computes is the one the function computes."""
+    task_id, hashed = await _task(pool)
+    await pool.execute("INSERT INTO tool_calls (task_id, call_id, conversation_key, tool_name, arguments_hash,"
+                       " result_hash, is_error, is_empty, completed_at)"
+                       " SELECT $1, id, $2, 'ls', 'h', 'r', false, false, now() FROM unnest('{a,b}'::text[]) AS id",
+                       task_id, KEY)
+    loop_guard = await pool.fetchval("SELECT loop_guard FROM tasks WHERE id = $1", task_id)
+
+    async def turn(known: bytes | None) -> asyncpg.Record:
+        return await pool.fetchrow(
+            "SELECT f.known, f.window_ids, (f.task).admitted_requests FROM taskgate_known_turn($1, $2, $3, 64,"
+            " '{c}', '{ls}', '{h2}', '{NULL}', '{c}', '{r2}', '{false}', '{false}', '{NULL}', $4, 1, 1,"
+            " NULL, NULL) AS f", hashed, loop_guard, KEY, known)
+
+    for ids in (None, "ax", "ba", "a", "abc"):
+        known = None if ids is None else known_windows.digest([_record(i) for i in ids])
+        assert tuple(await turn(known)) == (False, ["a", "b"], None)
+    assert await pool.fetchval("SELECT admitted_requests FROM tasks WHERE id = $1", task_id) == 0
+    assert await pool.fetchval("SELECT count(*) FROM tool_calls WHERE task_id = $1", task_id) == 2
+    assert tuple(await turn(known_windows.digest([_record("a"), _record("b")]))) == (True, None, 1)
+    assert await pool.fetchval("SELECT count(*) FROM tool_calls WHERE task_id = $1", task_id) == 3
 
 
 async def test_an_older_pending_call_and_a_passed_ceiling_leave_the_turn_to_the_usual_path(pool, known, database_url):
@@ -142,12 +177,15 @@ def _script(seed: int, steps: int) -> list[tuple[str, str, str, str]]:
              rng.choice(("a", "b", "a")), ) for i in range(steps)]
 
 
-async def _run(pool, settings: Settings, script, cached: bool) -> tuple[list[str], tuple, list[tuple]]:
+async def _run(pool, settings: Settings, script, windows: str) -> tuple[list[str], tuple, list[tuple]]:
+    """Run ``script`` on a new task; ``windows``: ``cached`` (as the gateway runs),
+    ``unknown`` (forgotten before each step: each turn reads the window first) or ``none``
+    (no known-window turns: the transaction path)."""
     task_id, hashed = await _task(pool, request_limit=60)
     pending: ToolCall | None = None
     outcomes = []
     for kind, call_id, tool, output in script:
-        if not cached:
+        if windows != "cached":
             known_windows.forget()
         if kind == "response" and pending is None:
             pending = ToolCall(call_id, tool, {"q": output})
@@ -169,10 +207,22 @@ async def _run(pool, settings: Settings, script, cached: bool) -> tuple[list[str
 
 
 @pytest.mark.parametrize("seed", range(6))
-async def test_a_run_of_turns_ends_the_same_with_and_without_known_windows(pool, known, database_url, seed):
+async def test_a_run_of_turns_ends_the_same_with_and_without_known_windows(pool, known, database_url, seed,
+                                                                         monkeypatch):
     settings = Settings(database_url=database_url, identical_streak=3, cycle_repeats=3)
     script = _script(seed, 40)
-    usual = await _run(pool, settings, script, cached=False)
-    cached = await _run(pool, settings, script, cached=True)
+
+    async def usual_path(*args, **kwargs):  # type: ignore[no-untyped-def]
+        return None
+
+    with monkeypatch.context() as patch:
+        patch.setattr(known_turn, "admit_known", usual_path)
+        usual = await _run(pool, settings, script, windows="none")
+    assert known == []
+    unknown = await _run(pool, settings, script, windows="unknown")
+    assert unknown == usual
+    assert "known" in known
+    known.clear()
+    cached = await _run(pool, settings, script, windows="cached")
     assert cached == usual
     assert "known" in known

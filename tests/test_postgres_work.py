@@ -13,6 +13,7 @@ from typing import Iterator
 import asyncpg
 import pytest
 
+from app.admission import known_turn
 from app.admission.admission import admit
 from app.admission.tokens import token_hash
 from app.db.pool import asyncpg_dsn, create_pool
@@ -71,7 +72,11 @@ def _turn(i: int) -> GuardRequest:
                         [ToolResult(call_id, f"print({i})")])
 
 
-async def _turns_and_count(url: str, stats_url: str, n: int, known: bool) -> tuple[dict[str, int], dict[str, object]]:
+async def _turns_and_count(url: str, stats_url: str, n: int, windows: str) -> tuple[dict[str, int], dict[str, object]]:
+    """``n`` agent turns on one conversation; ``windows``: ``cached`` (as the gateway
+    runs), ``unknown`` (forgotten before each turn, as after another process wrote the
+    conversation) or ``none`` (the caller turned known-window turns off: the transaction
+    path)."""
     stats = await asyncpg.connect(asyncpg_dsn(stats_url))
     try:
         token = "tg-turn-" + secrets.token_hex(8)
@@ -84,8 +89,8 @@ async def _turns_and_count(url: str, stats_url: str, n: int, known: bool) -> tup
                 await admit(pool, token_hash(token), settings, _turn(-1 - i), conversation_key="s:work")
             await stats.execute("SELECT pg_stat_statements_reset()")
             for i in range(n):
-                if not known:
-                    known_windows.forget()  # as after another process wrote the conversation
+                if windows != "cached":
+                    known_windows.forget()
                 admitted = await admit(pool, token_hash(token), settings, _turn(i), conversation_key="s:work")
                 assert admitted.verdict is not None and admitted.verdict.action is Action.OK
         finally:
@@ -99,12 +104,18 @@ async def _turns_and_count(url: str, stats_url: str, n: int, known: bool) -> tup
         await stats.close()
 
 
+async def _usual_path(*args: object) -> None:
+    return None
+
+
 @pytest.mark.parametrize("route", ["direct", "pgbouncer"])
-def test_an_agent_turn_admission_is_three_statements(routes, route):
-    """A request carrying a new tool call and its result, the conversation's window not
-    known here: ``BEGIN``, one ``SELECT`` (lock, ledger, counts, history window),
-    ``COMMIT``; the ledger and the counters hold what the usual path would have written."""
-    calls, counted = asyncio.run(_turns_and_count(routes[route], routes["stats"], 20, known=False))
+def test_an_agent_turn_on_the_transaction_path_is_three_statements(routes, route, monkeypatch):
+    """A request carrying a new tool call and its result, on the path a task's first
+    turn here and a predicted stop take: ``BEGIN``, one ``SELECT`` (lock, ledger, counts,
+    history window), ``COMMIT``; the ledger and the counters hold what the usual path
+    would have written."""
+    monkeypatch.setattr(known_turn, "admit_known", _usual_path)
+    calls, counted = asyncio.run(_turns_and_count(routes[route], routes["stats"], 20, windows="none"))
     assert sum(calls.values()) == 3 * 20, calls
     assert sorted(q.split()[0].upper() for q in calls) == ["BEGIN", "COMMIT", "SELECT"], calls
     assert counted == {"admitted": 22, "tool_calls": 22, "completed": 22}, counted
@@ -114,8 +125,18 @@ def test_an_agent_turn_admission_is_three_statements(routes, route):
 def test_an_agent_turn_on_a_known_window_is_one_statement(routes, route):
     """The same turns when the conversation's window is the one the last turn left here:
     one autocommit statement each (``taskgate_known_turn()``), the same counts."""
-    calls, counted = asyncio.run(_turns_and_count(routes[route], routes["stats"], 20, known=True))
+    calls, counted = asyncio.run(_turns_and_count(routes[route], routes["stats"], 20, windows="cached"))
     assert calls == {next(iter(calls)): 20} and "taskgate_known_turn" in next(iter(calls)), calls
+    assert counted == {"admitted": 22, "tool_calls": 22, "completed": 22}, counted
+
+
+@pytest.mark.parametrize("route", ["direct", "pgbouncer"])
+def test_an_agent_turn_whose_window_is_not_known_here_is_two_statements(routes, route):
+    """The same turns when this process does not know the window (another process served
+    the conversation last): the statement returns the window instead of writing, then
+    the turn predicted from it is one more statement."""
+    calls, counted = asyncio.run(_turns_and_count(routes[route], routes["stats"], 20, windows="unknown"))
+    assert calls == {next(iter(calls)): 40} and "taskgate_known_turn" in next(iter(calls)), calls
     assert counted == {"admitted": 22, "tool_calls": 22, "completed": 22}, counted
 
 

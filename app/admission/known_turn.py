@@ -1,49 +1,61 @@
-"""The agent-turn path in one statement, when this process knows the conversation's
-window (issue 23 §2).
+"""The agent-turn path in one statement when this process knows the conversation's
+window, two when it does not (issue 23 §2).
 
 The agent-turn path (:mod:`app.admission.turn`) is ``BEGIN``, ``taskgate_agent_turn()``,
-the detector, ``COMMIT``: the transaction lets a stop roll the turn back. When the
-conversation's window is in :mod:`app.guard.known_windows` (the last statement on the
-conversation here returned it: usually the response whose tool calls this request
-answers), :func:`admit_known`:
+the detector, ``COMMIT``: the transaction lets a stop roll the turn back. Here the
+detector judges first:
 
-1. predicts the window after the request's writes (:func:`known_windows.predict`) and
-   judges it with the detector, as the transaction path would judge what it reads
-   back; anything but ``OK`` (a stop, a warning) leaves the turn to that path;
-2. sends one autocommit statement, ``taskgate_known_turn()`` (migration 0013), which
-   under the task's row lock writes nothing unless the window before the writes is the
-   cached one, then writes and counts as ``taskgate_agent_turn()`` does, and rolls
-   itself back (SQLSTATE ``TG001``) unless the turn was exactly the predicted one: the
-   request counted, the same new calls and completed results, neither tool-call ceiling
-   passed.
+1. the window the conversation had before this request is taken from
+   :mod:`app.guard.known_windows` (the last statement on the conversation here returned
+   it: usually the response whose tool calls this request answers);
+2. the window after the request's writes is predicted from it
+   (:func:`known_windows.predict`) and judged with the detector, as the transaction path
+   would judge what it reads back; anything but ``OK`` (a stop, a warning) leaves the
+   turn to that path;
+3. one autocommit statement, ``taskgate_known_turn()`` (migration 0013), carries the
+   known window's digest (:func:`known_windows.digest`) and only the rows that window
+   does not already hold; under the task's row lock it writes nothing unless the
+   window before the writes is the known one, then writes and counts as ``taskgate_agent_turn()`` does, and rolls itself back
+   (SQLSTATE ``TG001``) unless the turn was exactly the predicted one: the request
+   counted, the same new calls and completed results, neither tool-call ceiling passed.
+
+When the window is not known here (another process served the conversation, or the
+response's usage accounting has not finished: a client may send its next request
+before it does), or is no longer the database's, the statement returns the window as it
+is instead of writing, and the turn is predicted and sent once more from that.
 
 So the verdict is the one the transaction path reaches on the same window, the commit
-is as durable (``synchronous_commit = on``), and a miss (another process or a concurrent
-turn wrote the conversation) costs one round trip before the transaction path, which
-then refreshes the cache.
+is as durable (``synchronous_commit = on``), and the transaction path runs only for a
+task's first turn in this process, a predicted stop or warning, a request whose writes
+it cannot predict (repeated call ids) and a window that changed twice.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import asyncpg
 
 from app.admission import turn as agent_turn
 from app.guard import known_windows
-from app.guard.detector import OK, Action, Verdict
+from app.guard.detector import OK, Action, CallRecord, Verdict
+from app.guard.known_windows import CallColumns, ResultColumns
 from app.guard.ledger import GuardRequest
 from app.guard.ledger import judge as judge_window
+from app.guard.ledger_rows import WINDOW_COLUMNS, window_records
 from app.guard.policy import Policy
 from app.settings import Settings
 from app.task import Task
 
 _KNOWN = (
-    "SELECT (f.task).*, f.known FROM taskgate_known_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,"
-    " $14, $15, $16, $17, $18, $19) AS f"
+    "SELECT (f.task).*, f.known," + WINDOW_COLUMNS + " FROM taskgate_known_turn($1, $2, $3, $4, $5, $6, $7, $8,"
+    " $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) AS f"
 )
 #: Raised by ``taskgate_known_turn()`` when the turn differs from its prediction.
 MISPREDICTED = "TG001"
+#: Statements sent per turn at most: the known window, then the window read back.
+ATTEMPTS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,43 +69,50 @@ class Known:
 
 async def admit_known(conn: asyncpg.Connection, token_hash: str, guard: GuardRequest,
                       settings: Settings) -> Known | None:
-    """Admit the turn in one statement when its window is known here and its predicted
-    verdict is ``OK`` (see the module docstring). ``None``: nothing was written; decide
-    the usual way. ``conn`` is not in a transaction. Database errors other than a
-    misprediction propagate."""
+    """Admit the turn in one or two statements when its predicted verdict is ``OK`` (see
+    the module docstring). ``None``: nothing was written; decide the usual way. ``conn``
+    is not in a transaction. Database errors other than a misprediction propagate."""
     expected = agent_turn.expectation(token_hash)
     if expected is None:
         return None
     task, loop_guard = expected
     key = guard.conversation_key
-    cached = known_windows.get(task.id, key)
-    if cached is None:
-        return None
     size, calls, results = agent_turn.rows(task, guard, settings)
-    before = cached.last(size)
-    prediction = None if before is None else known_windows.predict(before, size, calls, results)
-    if before is None or prediction is None:
-        return None
-    verdict = OK
-    if prediction.new_calls or prediction.completed:
-        policy = Policy(task, settings)  # its loop_guard is checked on the locked row; the ceilings are too
-        verdict = judge_window(prediction.window, policy, key, policy.normalizer, task_tool_calls=0,
-                               conversation_tool_calls=0)
-        if verdict.action is not Action.OK:
+    cached = known_windows.get(task.id, key)
+    before: Sequence[CallRecord] | None = None if cached is None else cached.last(size)
+    for _ in range(ATTEMPTS):
+        new_calls = completed = 0
+        verdict = OK
+        predicted: tuple[CallRecord, ...] = ()
+        send: tuple[CallColumns, ResultColumns] = (([], [], [], []), ([], [], [], [], []))  # nothing is written
+        if before is not None:
+            prediction = known_windows.predict(before, size, calls, results)
+            if prediction is None:
+                return None
+            new_calls, completed, predicted = prediction.new_calls, prediction.completed, prediction.window
+            send = prediction.calls, prediction.results
+            if new_calls or completed:
+                policy = Policy(task, settings)  # its loop_guard is checked on the locked row; the ceilings are too
+                verdict = judge_window(predicted, policy, key, policy.normalizer, task_tool_calls=0,
+                                       conversation_tool_calls=0)
+                if verdict.action is not Action.OK:
+                    return None
+        try:
+            row = await conn.fetchrow(
+                _KNOWN, token_hash, loop_guard, key, size, *send[0], *send[1],
+                None if before is None else known_windows.digest(before), new_calls, completed, settings.tool_call_limit, settings.conversation_tool_call_limit)
+        except asyncpg.PostgresError as exc:
+            if exc.sqlstate != MISPREDICTED:
+                raise
+            known_windows.drop(task.id, key)
             return None
-    try:
-        row = await conn.fetchrow(_KNOWN, token_hash, loop_guard, key, size, *calls, *results,
-                                  [r.call_id for r in before], [r.result_hash for r in before],
-                                  prediction.new_calls, prediction.completed, settings.tool_call_limit,
-                                  settings.conversation_tool_call_limit)
-    except asyncpg.PostgresError as exc:
-        if exc.sqlstate != MISPREDICTED:
-            raise
-        row = None
-    if row is None or not row["known"]:
-        known_windows.drop(task.id, key)
-        return None
-    admitted = Task.from_row(row)
-    agent_turn.remember(token_hash, admitted, row["loop_guard"])
-    known_windows.put(admitted.id, key, size, prediction.window)
-    return Known(admitted, Policy(admitted, settings), verdict)
+        if row is None:  # an unknown token: the usual path answers it
+            return None
+        if row["known"]:  # only ever with a known window before: ``predicted`` is the window now
+            admitted = Task.from_row(row)
+            agent_turn.remember(token_hash, admitted, row["loop_guard"])
+            known_windows.put(admitted.id, key, size, predicted)
+            return Known(admitted, Policy(admitted, settings), verdict)
+        before = window_records(row)
+        known_windows.put(task.id, key, size, before)
+    return None

@@ -16,12 +16,15 @@ per-process caches are).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from app.guard.detector import CallRecord
 
 MAX_ENTRIES = 10_000
+T = TypeVar("T")
 
 #: The ledger's columns of a request's tool calls (ids, tool names, arguments hashes,
 #: previews) and of its results (call ids, result hashes, failure flags, empty flags, raw
@@ -49,11 +52,15 @@ class Window:
 @dataclass(frozen=True, slots=True)
 class Prediction:
     """What a turn's writes will do: the window after them (``LIMIT size``, oldest
-    first), the calls new to the ledger and the results that complete a call."""
+    first), the calls new to the ledger and the results that complete a call, and the
+    request's columns without the rows the window shows are no-ops (calls already in
+    it, results of its completed calls): what the statement still has to send."""
 
     window: tuple[CallRecord, ...]
     new_calls: int
     completed: int
+    calls: CallColumns
+    results: ResultColumns
 
 
 _windows: dict[tuple[str, str], Window] = {}
@@ -81,6 +88,20 @@ def forget() -> None:
     _windows.clear()
 
 
+def digest(records: Sequence[CallRecord]) -> bytes:
+    """SHA-256 of a window's call ids and result hashes, oldest first: per record
+    ``len(id):id:len(result):result`` (``-`` for a pending result), joined by ``;``,
+    UTF-8; what ``taskgate_known_turn()`` computes from the ledger (migration 0013)."""
+    text = ";".join(f"{len(r.call_id)}:{r.call_id}:" + ("-" if r.result_hash is None
+                                                          else f"{len(r.result_hash)}:{r.result_hash}")
+                    for r in records)
+    return hashlib.sha256(text.encode()).digest()
+
+
+def _kept(values: list[T], keep: list[bool]) -> list[T]:
+    return [v for v, k in zip(values, keep) if k]
+
+
 def predict(before: Sequence[CallRecord], size: int, calls: CallColumns,
             results: ResultColumns) -> Prediction | None:
     """The window a turn leaves when the ledger's last ``size`` records of its
@@ -95,12 +116,12 @@ def predict(before: Sequence[CallRecord], size: int, calls: CallColumns,
     statement that checks the prediction finds that out (its counts differ). ``None``
     when the statement's writes would not be determined by the request alone: repeated
     call ids, or two results for one id."""
-    call_ids, names, arguments, _ = calls
-    result_ids, hashes, errors, empties, _ = results
+    call_ids, names, arguments, previews = calls
+    result_ids, hashes, errors, empties, raw_hashes = results
     if len(set(call_ids)) != len(call_ids) or len(set(result_ids)) != len(result_ids):
         return None
     outcome = {i: (h, e, m) for i, h, e, m in zip(result_ids, hashes, errors, empties)}
-    seen = {r.call_id for r in before}
+    seen = {r.call_id: r.completed for r in before}
     completed = 0
     window: list[CallRecord] = []
     for record in before:
@@ -121,4 +142,8 @@ def predict(before: Sequence[CallRecord], size: int, calls: CallColumns,
         else:
             completed += 1
             window.append(CallRecord(call_id, name, arguments_hash, *result))
-    return Prediction(tuple(window[-size:]), new_calls, completed)
+    k = [i not in seen for i in call_ids]
+    send_calls = (_kept(call_ids, k), _kept(names, k), _kept(arguments, k), _kept(previews, k))
+    k = [not seen.get(i, False) for i in result_ids]
+    send_results = (_kept(result_ids, k), _kept(hashes, k), _kept(errors, k), _kept(empties, k), _kept(raw_hashes, k))
+    return Prediction(tuple(window[-size:]), new_calls, completed, send_calls, send_results)

@@ -2,15 +2,17 @@
 
 The agent-turn path (0009, 0012) needs ``BEGIN`` and ``COMMIT`` around
 ``taskgate_agent_turn()`` because the detector judges the window it returns before the
-turn may commit. When the gateway already holds the conversation's window (the last
-statement on it returned it), it predicts the window after this request's writes,
-judges the prediction, and sends this function what it predicted; the function holds
-the task's row lock and:
+turn may commit. This function lets the gateway judge first: it sends the window it
+believes the conversation has (``p_known``: the SHA-256 of the last ``p_window`` ledger
+rows' call ids and result hashes, oldest first, each length-prefixed; see
+``app.guard.known_windows.digest``) and the counts its prediction of the turn implies.
+Holding the task's row lock, the function:
 
-1. reads the last ``p_window`` ledger rows of the conversation and compares their call
-   ids and result hashes with ``p_known_ids``/``p_known_results`` (a row changes only
-   once, when its result sets ``result_hash``; call ids are unique per task). A
-   different window writes nothing and returns ``known = false``;
+1. reads the conversation's last ``p_window`` ledger rows and compares their digest with
+   ``p_known`` (a row changes only once, when its result sets ``result_hash``; call ids
+   are unique per task). ``p_known`` NULL (nothing known) or a different window: writes
+   nothing and returns ``known = false`` with the window as it is (the gateway predicts
+   again from it);
 2. runs ``taskgate_agent_turn()`` (which writes, counts and locks the same row again),
    reading no window back;
 3. checks the turn was the predicted one: recorded, the request counted, ``p_new`` calls
@@ -21,8 +23,8 @@ the task's row lock and:
    ``TG001``: the statement rolls back, nothing is written, and the gateway takes the
    transaction path, whose detector then sees the real window and counts.
 
-Returns one row ``(task, known)`` (``task`` after the count when ``known``), none for
-an unknown token.
+Returns one row ``(task, known, window_*)`` (``task`` after the count when ``known``;
+the window columns, oldest first, only when not ``known``), none for an unknown token.
 
 Revision ID: 0013
 Revises: 0012
@@ -40,14 +42,14 @@ CREATE OR REPLACE FUNCTION taskgate_known_turn(
     p_token_hash text, p_loop_guard jsonb, p_key text, p_window integer,
     p_call_ids text[], p_tool_names text[], p_arguments_hashes text[], p_previews text[],
     p_result_ids text[], p_result_hashes text[], p_is_error boolean[], p_is_empty boolean[],
-    p_raw_hashes text[], p_known_ids text[], p_known_results text[], p_new integer, p_done integer,
+    p_raw_hashes text[], p_known bytea, p_new integer, p_done integer,
     p_tool_call_limit bigint, p_conversation_tool_call_limit bigint)
-RETURNS TABLE (task tasks, known boolean)
+RETURNS TABLE (task tasks, known boolean, window_ids text[], window_names text[], window_arguments text[],
+               window_results text[], window_errors boolean[], window_empty boolean[])
 LANGUAGE plpgsql AS $fn$
 DECLARE
     v_id text;
-    v_ids text[];
-    v_results text[];
+    v_window bytea;
     r record;
     v_calls bigint;
     v_conversation bigint;
@@ -56,12 +58,24 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    SELECT coalesce(array_agg(w.call_id ORDER BY w.seq), '{}'), coalesce(array_agg(w.result_hash ORDER BY w.seq), '{}')
-      INTO v_ids, v_results
-      FROM (SELECT seq, call_id, result_hash FROM tool_calls WHERE task_id = v_id AND conversation_key = p_key
-             ORDER BY seq DESC LIMIT p_window) AS w;
-    IF v_ids IS DISTINCT FROM p_known_ids OR v_results IS DISTINCT FROM p_known_results THEN
-        RETURN QUERY SELECT NULL::tasks, false;
+    IF p_known IS NOT NULL THEN
+        SELECT sha256(convert_to(coalesce(string_agg(length(w.call_id) || ':' || w.call_id || ':'
+                                                     || coalesce(length(w.result_hash) || ':' || w.result_hash, '-'),
+                                                     ';' ORDER BY w.seq), ''), 'UTF8'))
+          INTO v_window
+          FROM (SELECT seq, call_id, result_hash FROM tool_calls WHERE task_id = v_id AND conversation_key = p_key
+                 ORDER BY seq DESC LIMIT p_window) AS w;
+    END IF;
+    IF p_known IS NULL OR v_window <> p_known THEN
+        RETURN QUERY
+        SELECT NULL::tasks, false, coalesce(array_agg(w.call_id ORDER BY w.seq), '{}'),
+               coalesce(array_agg(w.tool_name ORDER BY w.seq), '{}'),
+               coalesce(array_agg(w.arguments_hash ORDER BY w.seq), '{}'),
+               coalesce(array_agg(w.result_hash ORDER BY w.seq), '{}'),
+               coalesce(array_agg(w.is_error ORDER BY w.seq), '{}'),
+               coalesce(array_agg(w.is_empty ORDER BY w.seq), '{}')
+          FROM (SELECT * FROM tool_calls WHERE task_id = v_id AND conversation_key = p_key
+                 ORDER BY seq DESC LIMIT p_window) AS w;
         RETURN;
     END IF;
     SELECT * INTO r FROM taskgate_agent_turn(p_token_hash, true, p_loop_guard, p_key, 0,
@@ -74,7 +88,8 @@ BEGIN
             AND (v_conversation IS NULL OR r.conversation_calls <= v_conversation)) THEN
         RAISE EXCEPTION 'taskgate_known_turn: the turn differs from its prediction' USING ERRCODE = 'TG001';
     END IF;
-    RETURN QUERY SELECT r.task, true;
+    RETURN QUERY SELECT r.task, true, NULL::text[], NULL::text[], NULL::text[], NULL::text[], NULL::boolean[],
+        NULL::boolean[];
 END
 $fn$
 """
@@ -86,4 +101,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("DROP FUNCTION taskgate_known_turn(text, jsonb, text, integer, text[], text[], text[], text[],"
-               " text[], text[], boolean[], boolean[], text[], text[], text[], integer, integer, bigint, bigint)")
+               " text[], text[], boolean[], boolean[], text[], bytea, integer, integer, bigint, bigint)")
