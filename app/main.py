@@ -11,6 +11,7 @@ the health routes and exception handlers (:mod:`app.handlers`) and the console
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
 from contextlib import asynccontextmanager
@@ -85,6 +86,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                  settings.listen_database_url or database_url).start()
         maintenance = jobs.start(app.state.db, settings)
         await console.started(app)
+        # Start-up's objects (modules, settings, the app: ~160k) leave the collector's
+        # scans: each full collection over them paused the event loop ~150 ms, which
+        # was the p99 at c=64 (bench.tail: p99 226-273 -> 148-152 ms; docs/performance.md).
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:
