@@ -131,9 +131,11 @@ def render(s: dict[str, Any], meta: dict[str, Any], cfg: Config, paths: dict[str
     out += _durable(s, cfg)
 
     if s["tool_turn"]:
-        out += ["### Agent turns carrying a tool result (locked admission path)", "",
-                "Each request carries a new tool call + result (unique ids): `SELECT … FOR UPDATE`, ledger insert, "
-                "loop-guard verdict, then the counter update. ms.", ""]
+        out += ["### Agent turns carrying a tool result (the agent-turn admission path)", "",
+                "Each request carries a new tool call + result (unique ids), tokens spread over the tasks: the "
+                "loop guard judges the conversation's window and the ledger, counters and verdict go in one "
+                "statement when the window is known in the gateway (`taskgate_known_turn()`; a task's first "
+                "turn: `BEGIN`, `taskgate_agent_turn()`, `COMMIT`). ms.", ""]
         rows = [[_label(r["path"]), str(r["c"]), fmt(r["p50"]), fmt(r["p99"]), fmt(r["added_p50"]),
                  fmt(r["added_p99"]), fmt(r["vs_fast_path_p50"]), fmt(r["rps"], 0)] for r in s["tool_turn"]]
         out += _table(["path", "c", "p50", "p99", "added p50", "added p99", "p50 − fast path p50", "req/s"], rows) + [""]

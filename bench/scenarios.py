@@ -93,8 +93,8 @@ def durable(paths: list[Path], cfg: Config, repeat: int) -> list[Record]:
 
 
 def tool_turn(paths: list[Path], cfg: Config, repeat: int) -> list[Record]:
-    """Agent turns carrying a new tool result: taskgate's locked admission path
-    (ledger insert, loop-guard verdict) on every request."""
+    """Agent turns carrying a new tool result: taskgate's agent-turn admission path
+    (ledger writes, loop-guard verdict) on every request."""
     out = []
     for c in cfg.tool_turn_concurrencies:
         for p in paths:
