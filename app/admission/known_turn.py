@@ -15,9 +15,10 @@ detector judges first:
 3. one autocommit statement, ``taskgate_known_turn()`` (migration 0013), carries the
    known window's digest (:func:`known_windows.digest`) and only the rows that window
    does not already hold; under the task's row lock it writes nothing unless the
-   window before the writes is the known one, then writes and counts as ``taskgate_agent_turn()`` does, and rolls itself back
-   (SQLSTATE ``TG001``) unless the turn was exactly the predicted one: the request
-   counted, the same new calls and completed results, neither tool-call ceiling passed.
+   window before the writes is the known one, then writes and counts as
+   ``taskgate_agent_turn()`` does, and rolls itself back (SQLSTATE ``TG001``) unless
+   the turn was exactly the predicted one: the request counted, the same new calls and
+   completed results, neither tool-call ceiling passed.
 
 When the window is not known here (another process served the conversation, or the
 response's usage accounting has not finished: a client may send its next request
@@ -27,7 +28,7 @@ is instead of writing, and the turn is predicted and sent once more from that.
 So the verdict is the one the transaction path reaches on the same window, the commit
 is as durable (``synchronous_commit = on``), and the transaction path runs only for a
 task's first turn in this process, a predicted stop or warning, a request whose writes
-it cannot predict (repeated call ids) and a window that changed twice.
+it cannot predict (repeated call ids), a misprediction and a window that changed twice.
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ async def admit_known(conn: asyncpg.Connection, token_hash: str, guard: GuardReq
         try:
             row = await conn.fetchrow(
                 _KNOWN, token_hash, loop_guard, key, size, *send[0], *send[1],
-                None if before is None else known_windows.digest(before), new_calls, completed, settings.tool_call_limit, settings.conversation_tool_call_limit)
+                None if before is None else known_windows.digest(before), new_calls, completed,
+                settings.tool_call_limit, settings.conversation_tool_call_limit)
         except asyncpg.PostgresError as exc:
             if exc.sqlstate != MISPREDICTED:
                 raise
