@@ -41,10 +41,9 @@ import asyncpg
 from app.admission import turn as agent_turn
 from app.guard import known_windows
 from app.guard.detector import OK, Action, CallRecord, Verdict
-from app.guard.known_windows import CallColumns, ResultColumns
 from app.guard.ledger import GuardRequest
 from app.guard.ledger import judge as judge_window
-from app.guard.ledger_rows import WINDOW_COLUMNS, window_records
+from app.guard.ledger_rows import WINDOW_COLUMNS, CallColumns, ResultColumns, window_records
 from app.guard.policy import Policy
 from app.settings import Settings
 from app.task import Task

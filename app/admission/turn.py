@@ -33,8 +33,7 @@ from app.guard.detector import Action, CallRecord, Verdict, window_size
 from app.admission.limits import limit_breach
 from app.guard.ledger import GuardRequest
 from app.guard import known_windows
-from app.guard.known_windows import CallColumns, ResultColumns
-from app.guard.ledger_rows import WINDOW_COLUMNS, call_rows, result_rows, window_records
+from app.guard.ledger_rows import WINDOW_COLUMNS, CallColumns, ResultColumns, call_rows, result_rows, window_records
 from app.guard.ledger import judge as judge_window
 from app.guard.policy import Policy
 from app.guard.result_prints import config_for, fingerprints

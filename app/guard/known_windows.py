@@ -22,15 +22,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from app.guard.detector import CallRecord
+from app.guard.ledger_rows import CallColumns, ResultColumns
 
 MAX_ENTRIES = 10_000
 T = TypeVar("T")
-
-#: The ledger's columns of a request's tool calls (ids, tool names, arguments hashes,
-#: previews) and of its results (call ids, result hashes, failure flags, empty flags, raw
-#: hashes), as :func:`app.guard.ledger_rows.call_rows` / ``result_rows`` give them.
-CallColumns = tuple[list[str], list[str], list[str], list[str | None]]
-ResultColumns = tuple[list[str], list[str], list[bool], list[bool], list[str | None]]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,14 @@ from app.wire.base import ToolCall
 WINDOW_COLUMNS = " f.window_ids, f.window_names, f.window_arguments, f.window_results, f.window_errors, f.window_empty"
 
 
-def call_rows(calls: Sequence[ToolCall], hashes: Sequence[str] | None,
-              preview_chars: int) -> tuple[list[str], list[str], list[str], list[str | None]]:
+#: The ledger's columns of a request's tool calls (ids, tool names, arguments hashes,
+#: previews) and of its results (call ids, result hashes, failure flags, empty flags, raw
+#: hashes), as :func:`call_rows` / :func:`result_rows` give them.
+CallColumns = tuple[list[str], list[str], list[str], list[str | None]]
+ResultColumns = tuple[list[str], list[str], list[bool], list[bool], list[str | None]]
+
+
+def call_rows(calls: Sequence[ToolCall], hashes: Sequence[str] | None, preview_chars: int) -> CallColumns:
     """The ledger's columns for ``calls`` (call ids, tool names, arguments hashes,
     argument previews), as the batch insert takes them."""
     return ([ledger_text(c.call_id) for c in calls], [ledger_text(c.name) for c in calls],
@@ -29,7 +35,7 @@ def call_rows(calls: Sequence[ToolCall], hashes: Sequence[str] | None,
             [storable_json(argument_preview(c.arguments, preview_chars)) for c in calls])
 
 
-def result_rows(prints: RequestPrints) -> tuple[list[str], list[str], list[bool], list[bool], list[str | None]]:
+def result_rows(prints: RequestPrints) -> ResultColumns:
     """The ledger's result columns for a request's fingerprints (call ids, result hashes,
     failure flags, empty flags, raw hashes), as the batch completion takes them."""
     p = prints.results
