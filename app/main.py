@@ -35,7 +35,7 @@ from app.db.retry import backlog
 from app.fault_log import faults
 from app.proxy.auth import KnownTokens
 from app.proxy.endpoints import DEFAULT_ENDPOINTS, parse_endpoints
-from app.proxy.lane import ProxyLane
+from app.proxy.lane import GatewayApp
 from app.proxy.open_requests import OpenRequests
 from app.proxy.redact import Redactor, provider_keys
 from app.proxy.routes import routes as proxy_routes
@@ -103,7 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await app.state.client.aclose()
             await app.state.db.close()
 
-    app = FastAPI(
+    app = GatewayApp(
         title="taskgate",
         summary="OpenAI- and Anthropic-compatible gateway with per-task admission and a loop guard.",
         version="0.1.0",
@@ -120,8 +120,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(maintenance_router)
     app.include_router(budgets_router)
     app.router.routes.extend(proxy_routes)
-    app.add_middleware(ProxyLane)  # inside the request-id middleware
-    app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
+    app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)  # the lane does its own
+    app.proxy_access_log = settings.access_log
+    app.outer_middleware = []
     console.install(app)
     handlers.install(app, settings)
     return app

@@ -16,7 +16,7 @@ import re
 import secrets
 import time
 from contextvars import ContextVar
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
 #: The current request's id; ``None`` outside a request.
 REQUEST_ID: ContextVar[str | None] = ContextVar("taskgate_request_id", default=None)
@@ -59,20 +59,31 @@ class RequestIdMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                headers = list(message.get("headers") or ())
-                headers.append((_OURS, raw_id))
-                if not any(k.lower() == b"x-request-id" for k, _ in headers):
-                    headers.append((b"x-request-id", raw_id))
-                message = {**message, "headers": headers}
+                message = {**message, "headers": with_id(message.get("headers") or (), raw_id)}
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
         finally:
             if self.access_log:
-                access_logger.info("%s %s %s %.1fms", scope["method"], scope["path"], status,
-                                   (time.perf_counter() - t0) * 1000,
-                                   extra={"method": scope["method"], "path": scope["path"],
-                                          "status": status,
-                                          "duration_ms": round((time.perf_counter() - t0) * 1000, 1)})
+                log_access(scope, status, t0)
             REQUEST_ID.reset(token)
+
+
+def with_id(headers: Iterable[tuple[bytes, bytes]], raw_id: bytes) -> list[tuple[bytes, bytes]]:
+    """Raw response headers plus the request id: ``x-taskgate-request-id`` always,
+    ``x-request-id`` unless the headers carry one (upstream's own, relayed)."""
+    out = list(headers)
+    out.append((_OURS, raw_id))
+    if not any(k.lower() == b"x-request-id" for k, _ in out):
+        out.append((b"x-request-id", raw_id))
+    return out
+
+
+def log_access(scope: Mapping[str, Any], status: int, started: float) -> None:
+    """The ``app.access`` line of a request that began at ``started``
+    (:func:`time.perf_counter`) and was answered ``status`` (0: no response)."""
+    ms = (time.perf_counter() - started) * 1000
+    access_logger.info("%s %s %s %.1fms", scope["method"], scope["path"], status, ms,
+                       extra={"method": scope["method"], "path": scope["path"], "status": status,
+                              "duration_ms": round(ms, 1)})

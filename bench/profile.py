@@ -40,12 +40,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 #: (label, substrings that must all appear in a sample's stack); first match wins,
 #: so the specific rules come first. Frames look like ``func (path/file.py:line)``.
 RULES: list[tuple[str, list[str]]] = [
-    ("stream relay: SSE framing (app/wire/sse.py SSEFramer.feed)", ["_relay_stream", "(app/wire/sse.py"]),
-    ("stream relay: wire observer (app/wire/* Observer.feed)", ["_relay_stream", "(app/wire/"]),
-    ("stream relay: reading upstream chunks (aiohttp readany)", ["_relay_stream", "(aiohttp/"]),
-    ("stream relay: reading upstream chunks (aiohttp readany)", ["_relay_stream", "(app/proxy/transport.py"]),
-    ("stream relay: writing to the client (uvicorn send)", ["_relay_stream", "(uvicorn/"]),
-    ("stream relay: loop body (app/proxy/relay_stream.py StreamRelay.run)", ["_relay_stream"]),
+    ("stream relay: SSE framing (app/wire/sse.py SSEFramer.feed)", ["StreamRelay.run", "(app/wire/sse.py"]),
+    ("stream relay: wire observer (app/wire/* Observer.feed)", ["StreamRelay.run", "(app/wire/"]),
+    ("stream relay: reading upstream chunks (aiohttp readany)", ["StreamRelay.run", "(aiohttp/"]),
+    ("stream relay: reading upstream chunks (aiohttp readany)", ["StreamRelay.run", "(app/proxy/transport.py"]),
+    ("stream relay: writing to the client (uvicorn send)", ["StreamRelay.run", "(uvicorn/"]),
+    ("stream relay: loop body (app/proxy/relay_stream.py StreamRelay.run)", ["StreamRelay.run"]),
     ("admission admit(): asyncpg driver + socket", ["admit (app/admission/admission.py", "(asyncpg/"]),
     ("admission admit(): pool, SQLAlchemy (if used), rest", ["admit (app/admission/admission.py"]),
     ("admission locked path: loop-guard ledger (app/guard)", ["_admit_locked", "(app/guard/"]),

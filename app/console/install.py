@@ -12,11 +12,12 @@ from starlette.staticfiles import StaticFiles
 from app.console import listeners, loop_lag, metrics, request_log, tracing, webhook
 from app.console.docs import install_docs
 from app.console.ui_headers import SecureHeaders
+from app.proxy.lane import GatewayApp
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
 
 
-def install(app: FastAPI) -> None:
+def install(app: GatewayApp) -> None:
     """``/metrics``, ``/ui`` (the dashboard), offline ``/docs``, and the console's
     subscriptions to the core's events (:mod:`app.console.listeners`)."""
     app.router.routes.append(Route("/metrics", metrics.metrics_endpoint, methods=["GET"],
@@ -28,7 +29,7 @@ def install(app: FastAPI) -> None:
     metrics.configure(app.state.gateway_config)
     listeners.subscribe()
     if tracing.setup():  # OTEL_EXPORTER_OTLP_ENDPOINT set and the otel extra installed
-        app.add_middleware(tracing.TraceMiddleware)  # outermost: it sees every /v1 POST
+        app.outer_middleware.append(tracing.TraceMiddleware)  # outside the proxy lane: every /v1 POST
         tracing.subscribe()
 
 

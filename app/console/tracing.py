@@ -30,6 +30,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
 from app import events
 
 logger = logging.getLogger("app.console")
@@ -87,10 +89,10 @@ def shutdown() -> None:
 class TraceMiddleware:
     """ASGI middleware: one span per ``POST /v1/...``; rewrites ``traceparent`` for upstream."""
 
-    def __init__(self, app: Callable) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST" or not scope["path"].startswith("/v1/") \
                 or _tracer is None:
             await self.app(scope, receive, send)
@@ -114,7 +116,7 @@ class TraceMiddleware:
         token = _current.set(state)
         status: list[int] = []
 
-        async def send_status(message: dict) -> None:
+        async def send_status(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status.append(message["status"])
             await send(message)

@@ -61,6 +61,7 @@ from app.proxy.relay_stream import StreamRelay, watch_text
 from app.proxy.sniff import sniff_stream
 from app.proxy.transport import UpstreamClient, UpstreamRequest, UpstreamResponse
 from app.proxy.upstream import response_headers
+from app.request_ids import with_id
 from app.wire import json_text
 from app.wire.base import WireFormat
 
@@ -78,14 +79,15 @@ class RelayResponse(Response):
                  on_finish: Callable[[Outcome], Awaitable[None]], endpoint: str,
                  model: str | None, monitor: OutputMonitor | None = None) -> None:
         self.client = client
-        self.request = request
+        self.request: UpstreamRequest | None = request  # until it is sent
         self.fmt = fmt
         self.stream_requested = stream_requested
         self.watchdog = watchdog
         self.total_timeout_s = total_timeout_s
         self.on_finish = on_finish
         self.outcome = Outcome(detail={"endpoint": endpoint, "model": model})
-        self._response_started = False
+        self.started = False  # the response's start was sent
+        self.status_code = 0  # the status sent, once sent
         self._body_chunks: AsyncIterator[bytes] | None = None  # a body whose start was sniffed
         self.monitor = monitor  # the answer's text: repeated output, text hash
         self.background = None
@@ -123,10 +125,10 @@ class RelayResponse(Response):
         400/409 ``task_stopped`` error). Returns ``False`` when it has already ended,
         been cut, or is sending a complete body; safe to call at any time."""
         stream = self._stream
-        if self._stop is not None or self._ended or (self._response_started and (stream is None or stream.ended)):
+        if self._stop is not None or self._ended or (self.started and (stream is None or stream.ended)):
             return False
         self._stop = refusal
-        if not self._response_started:
+        if not self.started:
             self._cancel_relay()
         elif stream is not None:  # between two reads the loop sees the stop before the next
             stream.stop = refusal
@@ -161,7 +163,12 @@ class RelayResponse(Response):
         here, any other (the server stopping) propagates."""
         task = self._task = asyncio.current_task()
         try:
-            await self._relay(send)
+            try:
+                await self._exchange(send)
+            except GatewayError as err:
+                if self.started:
+                    raise
+                await self._send_error(send, err)
         except asyncio.CancelledError:
             if not self._cancelling or task is None:
                 raise
@@ -190,15 +197,7 @@ class RelayResponse(Response):
     def _cancelled_before_start(self) -> bool:
         """Whether a stop ended the exchange before its response started (the client
         is still there and gets the stop refusal)."""
-        return not self._response_started and self.outcome.kind != "disconnected"
-
-    async def _relay(self, send: Send) -> None:
-        try:
-            await self._exchange(send)
-        except GatewayError as err:
-            if self._response_started:
-                raise
-            await self._send_error(send, err)
+        return not self.started and self.outcome.kind != "disconnected"
 
     async def _exchange(self, send: Send) -> None:
         loop = asyncio.get_running_loop()
@@ -211,7 +210,7 @@ class RelayResponse(Response):
         body: bytes | None = None
         try:
             async with asyncio.timeout_at(headers_deadline):
-                upstream = await self.client.send(self.request, stream=True)
+                upstream = await self.client.send(self._request_to_send(), stream=True)
                 is_sse = (upstream.headers.get("content-type") or "").startswith("text/event-stream")
                 if not self.stream_requested and not is_sse:  # a body: the same deadline, one scope
                     body = await upstream.aread()
@@ -235,11 +234,21 @@ class RelayResponse(Response):
                     raise self._failed(exc, "did not answer in time") from None
                 chunks, self._body_chunks = (sniffed, None) if is_stream else (None, sniffed)
             if chunks is not None:
-                await self._relay_stream(send, upstream, started, chunks)
+                stream = self._stream = StreamRelay(self.fmt, self.watchdog, started, self.outcome, monitor=self.monitor,
+                                                    redact=self.redact, hide_usage=self.hide_usage)
+                await self._start(send, upstream)
+                await stream.run(send, upstream, chunks)
             else:
                 await self._relay_body(send, upstream, started + self.total_timeout_s)
         finally:
             await upstream.aclose()
+
+    def _request_to_send(self) -> UpstreamRequest:
+        """The request, no longer held here: its body and headers are not kept for the
+        life of a stream."""
+        request, self.request = self.request, None
+        assert request is not None, "an exchange sends its request once"
+        return request
 
     async def _relay_body(self, send: Send, upstream: UpstreamResponse, deadline: float = 0.0,
                           body: bytes | None = None) -> None:
@@ -268,17 +277,20 @@ class RelayResponse(Response):
                     self.outcome.summary.text_sha256 = self.monitor.text_sha256()
         self.outcome.summary.terminal_seen = True
 
-    async def _relay_stream(self, send: Send, upstream: UpstreamResponse, started: float,
-                            chunks: AsyncIterator[bytes]) -> None:
-        stream = self._stream = StreamRelay(self.fmt, self.watchdog, started, self.outcome,
-                                            monitor=self.monitor, redact=self.redact, hide_usage=self.hide_usage)
-        await self._start(send, upstream)
-        await stream.run(send, upstream, chunks)
+    #: The request id for the response's headers (:func:`app.request_ids.with_id`), set by
+    #: :mod:`app.proxy.lane`; ``None``: none added here.
+    request_id: bytes | None = None
 
     async def _start(self, send: Send, upstream: UpstreamResponse) -> None:
-        self._response_started = True
-        await send({"type": "http.response.start", "status": upstream.status_code,
-                    "headers": self.redact.headers(response_headers(upstream.headers))})
+        self.started = True
+        headers = self.redact.headers(response_headers(upstream.headers))
+        await self._send_start(send, upstream.status_code, headers)
+
+    async def _send_start(self, send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.status_code = status
+        if self.request_id is not None:
+            headers = with_id(headers, self.request_id)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
 
     def _failed(self, exc: Exception, late: str, *, unreachable: bool = False) -> GatewayError:
         """The error for an exchange that failed before its response started: 504
@@ -309,7 +321,7 @@ class RelayResponse(Response):
 
     async def _send_error(self, send: Send, err: GatewayError) -> None:
         body, headers = render_error(self.fmt, err)
-        await send({"type": "http.response.start", "status": wire_status(self.fmt, err), "headers": headers})
+        await self._send_start(send, wire_status(self.fmt, err), headers)
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
