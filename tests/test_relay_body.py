@@ -112,3 +112,36 @@ def test_a_body_broken_off_after_the_head_is_502_upstream_error_not_unreachable(
     assert sent[0]["status"] == 502
     assert json.loads(sent[1]["body"])["error"]["code"] == "upstream_error"
     assert outcome.kind == "truncated" and outcome.detail["code"] == "upstream_error"
+
+
+def test_the_request_is_not_held_once_sent() -> None:
+    """The forwarded body (an agent's whole history, often 100 KB and more) is let go
+    once upstream has it, not held for the life of the answer."""
+    held: list[bool] = []
+
+    async def run() -> None:
+        async with upstream(_whole) as url:
+            client = create_client(Settings())
+
+            async def send(message: dict[str, Any]) -> None:
+                held.append(response.request is not None)
+
+            async def receive() -> dict[str, Any]:
+                await asyncio.sleep(3600)
+                return {"type": "http.disconnect"}
+
+            async def on_finish(outcome: Outcome) -> None:
+                pass
+
+            try:
+                response = RelayResponse(client, client.build_request("POST", url, content=b'{"model": "m"}'),
+                                         CHAT_COMPLETIONS, stream_requested=False, watchdog=Watchdog(30, 30),
+                                         total_timeout_s=5, on_finish=on_finish,
+                                         endpoint="/v1/chat/completions", model="m")
+                assert response.request is not None
+                await response({"type": "http"}, receive, send)
+            finally:
+                await client.aclose()
+
+    asyncio.run(run())
+    assert held == [False, False]  # the start and the body went out with no request held
