@@ -183,3 +183,17 @@ async def test_accounting_sets_a_failed_repeated_response_latch_again_counting_t
     assert attempts == [task_id, task_id]
     assert await _counters(pool, task_id) == (14, 6, Decimal(0), Decimal(0), 0, "stopped")
     assert await pool.fetchval("SELECT stop_reason FROM tasks WHERE id = $1", task_id) == "repeated_response"
+
+
+async def test_a_text_answer_is_judged_by_the_tasks_own_response_repeats(pool, database_url):
+    """The answer's statement returns only the task's status and ``loop_guard``: the
+    task's own ``response_repeats`` still decides (2 here; the global 5 would not stop)."""
+    settings = Settings(database_url=database_url, response_repeats=5)
+    own, plain = await _task(pool, loop_guard={"response_repeats": 2}), await _task(pool)
+    for task_id in (own, plain):
+        for _ in range(2):
+            accounting = Accounting(pool, settings, task_id, KEY, guard_enabled=True, count_answer=True)
+            await accounting(Outcome(summary=ResponseSummary(usage=Usage(input_tokens=7, output_tokens=3),
+                                                             terminal_seen=True, text_sha256="c" * 64)))
+    assert await pool.fetchval("SELECT stop_reason FROM tasks WHERE id = $1", own) == "repeated_response"
+    assert await _counters(pool, plain) == (14, 6, Decimal(0), Decimal(0), 0, "active")

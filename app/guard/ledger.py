@@ -42,10 +42,10 @@ from app.guard.conversation_rules import answer_repeats, repeated_response
 from app.guard.detector import MIN_WINDOW, Action, CallRecord, Thresholds, Verdict, detect, window_size
 from app.guard.ledger_rows import WINDOW_COLUMNS, call_rows, result_rows, window_records
 from app.guard.normalize import Normalizer
-from app.guard.policy import Policy
+from app.guard.policy import Policy, response_repeats
 from app.guard.result_prints import RequestPrints, config_for, fingerprints
 from app.settings import Settings
-from app.task import Task
+from app.task import LoopGuard, Task
 from app.wire.base import ResponseSummary, ToolCall, ToolResult, Usage
 
 if TYPE_CHECKING:  # the settlement is admission's; the ledger only writes its numbers
@@ -110,11 +110,12 @@ _ADD_USAGE_IN_WINDOW = (f"WITH {_HELD}, task AS ({_USAGE} RETURNING tasks.id), "
 # whose UPDATE locks the task row before the answer's conversation row ($7; $8 its hash,
 # $9 a repeat) is written, the order admission takes (the other order deadlocked with an
 # admission upserting the same conversation: its foreign-key check waits for the task row).
-# Returns the task row after the usage and the run of repeated answers.
+# Returns what the repeated_response rule reads of the task (its status and loop_guard;
+# not the whole row, whose decoding cost more than the rest) and the run of repeated answers.
 _ANSWER = (
-    f"WITH {_HELD}, task AS ({_USAGE} RETURNING tasks.*),"
+    f"WITH {_HELD}, task AS ({_USAGE} RETURNING tasks.id, tasks.status, tasks.loop_guard),"
     " answer AS (" + conversations.ANSWER_OF_TASK.format(task="task", key="$7", text="$8", repeat="$9") + "){settle}"
-    " SELECT task.*, (SELECT response_streak FROM answer) AS answer_streak{settled} FROM task"
+    " SELECT task.status, task.loop_guard, (SELECT response_streak FROM answer) AS answer_streak{settled} FROM task"
 )
 _ADD_ANSWER = _ANSWER.format(settle="", settled="")
 _ADD_ANSWER_IN_WINDOW = _ANSWER.format(settle=", " + _IN_WINDOW.format(after="task", input=2, output=3, cost=4,
@@ -371,15 +372,14 @@ async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_ke
     if row is None:
         return None
     _report_settled(row)
-    task = Task.from_row(row)
     streak = row["answer_streak"]
-    stop = repeated_response(streak, Policy(task, settings).response_repeats)
+    stop = repeated_response(streak, response_repeats(LoopGuard.from_json(row["loop_guard"]), settings))
     if stop is None:
         return None
     reason, detail = stop
     verdict = Verdict(Action.STOP, reason, streak,
                       {**detail, "conversation_key": conversation_key, "text_sha256": text_sha256})
-    if task.active:
+    if row["status"] == "active":
         await _latch_recorded(conn, task_id, verdict, request_id)
     return verdict
 

@@ -18,13 +18,19 @@ from app.guard.conversation_rules import ConversationLimits
 from app.guard.detector import Thresholds
 from app.guard.normalize import Normalizer, build
 from app.settings import Settings
-from app.task import Task
+from app.task import LoopGuard, Task
 
 _T = TypeVar("_T")
 
 
 def _either(own: _T | None, default: _T) -> _T:
     return default if own is None else own
+
+
+def response_repeats(loop_guard: LoopGuard, settings: Settings) -> int:
+    """:attr:`Policy.response_repeats` of a task whose ``loop_guard`` overrides are known
+    (a text answer's accounting reads only them and the task's status)."""
+    return _either(loop_guard.response_repeats, settings.response_repeats)
 
 
 @dataclass(frozen=True)
@@ -67,7 +73,7 @@ class Policy:
     @property
     def response_repeats(self) -> int:
         """Identical text answers in a row that stop the task (``repeated_response``; 0: off)."""
-        return _either(self.task.loop_guard.response_repeats, self.settings.response_repeats)
+        return response_repeats(self.task.loop_guard, self.settings)
 
     @property
     def repeated_output(self) -> bool:
