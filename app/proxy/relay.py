@@ -234,8 +234,9 @@ class RelayResponse(Response):
                     raise self._failed(exc, "did not answer in time") from None
                 chunks, self._body_chunks = (sniffed, None) if is_stream else (None, sniffed)
             if chunks is not None:
-                stream = self._stream = StreamRelay(self.fmt, self.watchdog, started, self.outcome, monitor=self.monitor,
-                                                    redact=self.redact, hide_usage=self.hide_usage)
+                stream = self._stream = StreamRelay(self.fmt, self.watchdog, started, self.outcome,
+                                                    monitor=self.monitor, redact=self.redact,
+                                                    hide_usage=self.hide_usage)
                 await self._start(send, upstream)
                 await stream.run(send, upstream, chunks)
             else:
