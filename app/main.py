@@ -121,7 +121,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(budgets_router)
     app.router.routes.extend(proxy_routes)
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)  # the lane does its own
-    app.proxy_access_log = settings.access_log
     app.outer_middleware = []
     console.install(app)
     handlers.install(app, settings)

@@ -85,14 +85,12 @@ class GatewayApp(FastAPI):
     its middleware stack, inside :attr:`outer_middleware` (ASGI middleware classes,
     outermost first, that see every request, the lane's included)."""
 
-    #: Set before the first request (the stack is built then).
+    #: Set before the first request (the stack is built then), as ``state.settings`` is.
     outer_middleware: list[Callable[[ASGIApp], ASGIApp]]
-    #: The lane's access log (``TASKGATE_ACCESS_LOG``).
-    proxy_access_log: bool
 
     def build_middleware_stack(self) -> ASGIApp:
-        app: ASGIApp = ProxyLane(super().build_middleware_stack(), getattr(self, "proxy_access_log", False))
-        for middleware in reversed(getattr(self, "outer_middleware", [])):
+        app: ASGIApp = ProxyLane(super().build_middleware_stack(), self.state.settings.access_log)
+        for middleware in reversed(self.outer_middleware):
             app = middleware(app)
         return app
 
