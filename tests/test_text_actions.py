@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.guard.text_actions import extract, guard_calls, mask_volatile, observation_of, seed_without_scratchpad
+from app.guard.text_actions import extract, guard_calls, mask_volatile, observation_of
+from app.guard.text_conventions import seed_without_scratchpad
 from app.guard.text_turns import TAIL_ASSISTANT_TURNS, Turn, latest_answer_sha256, tail
 
 KEY = "s:0123456789abcdef0123456789abcdef"

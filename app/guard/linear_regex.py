@@ -17,7 +17,7 @@ the text; ``\\d``, ``\\s`` and ``\\b`` are ASCII classes. Flags are inline
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 import re2  # type: ignore[import-untyped]  # no stubs; typed by the Protocols below
@@ -32,21 +32,32 @@ class UnsafePattern(ValueError):
 
 
 class LinearMatch(Protocol):
-    """The part of a match object the guard uses."""
+    """The part of a match object the guard uses (``re.Match``'s, same semantics:
+    offsets in characters of the text searched)."""
 
     def group(self, index: int = 0) -> str: ...
 
+    def start(self, index: int = 0) -> int: ...
+
+    def end(self, index: int = 0) -> int: ...
+
 
 class LinearPattern(Protocol):
-    """A compiled pattern (``re.Pattern``'s methods the guard uses, same semantics)."""
+    """A compiled pattern (``re.Pattern``'s methods the guard uses, same semantics; ``pos``
+    and ``endpos`` bound the part searched, the text around it is context for ``^`` and
+    ``\\b``)."""
 
     #: The source as compiled, inline flags included (``(?m)^Wall time: ...``).
     @property
     def pattern(self) -> str: ...
 
-    def search(self, text: str) -> LinearMatch | None: ...
+    def search(self, text: str, pos: int | None = None, endpos: int | None = None) -> LinearMatch | None: ...
+
+    def match(self, text: str, pos: int | None = None, endpos: int | None = None) -> LinearMatch | None: ...
 
     def fullmatch(self, text: str) -> LinearMatch | None: ...
+
+    def finditer(self, text: str, pos: int | None = None, endpos: int | None = None) -> Iterator[LinearMatch]: ...
 
     def sub(self, repl: str | Callable[[LinearMatch], str], text: str) -> str: ...
 

@@ -13,17 +13,17 @@ Pure functions.
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from app.guard.fingerprint import canonical_json
+from app.guard.linear_regex import compile_linear
 
 MASK = "***"
 #: Object keys whose values are never shown (matched anywhere in the key, any case).
-SECRET_KEY = re.compile(r"pass(word|wd|phrase)?|secret|token|api[-_ ]?key|auth|cookie|credential|"
-                        r"private[-_ ]?key|session|signature", re.I)
+SECRET_KEY = compile_linear(r"pass(word|wd|phrase)?|secret|token|api[-_ ]?key|auth|cookie|credential|"
+                            r"private[-_ ]?key|session|signature", ignorecase=True)
 #: Credential-looking text, masked wherever it appears.
-SECRET_TEXT = re.compile(
+SECRET_TEXT = compile_linear(
     r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{16,}"            # OpenAI / Stripe style keys
     r"|\bsk-ant-[A-Za-z0-9_-]{16,}"                  # Anthropic
     r"|\bgh[pousr]_[A-Za-z0-9]{20,}"                 # GitHub tokens

@@ -47,10 +47,10 @@ from app.budgets.keys import is_budget_key, run_id
 from app.config.schema import Provider
 from app.errors import CLOSE, GatewayError, render_error, wire_status
 from app.guard.detector import Action
-from app.guard.fingerprint import conversation_key
 from app.guard.ledger import GuardRequest
 from app.guard.policy import Policy
-from app.guard.text_actions import extract, guard_calls, seed_without_scratchpad
+from app.guard.request_text import conversation_key_of, text_actions_of
+from app.guard.text_actions import guard_calls
 from app.guard.text_turns import latest_answer_sha256, tail
 from app.guard.repeated_output import OutputMonitor
 from app.guard.result_prints import config_for, fingerprints_off_loop
@@ -195,8 +195,8 @@ async def proxy_post(request: Request) -> Response:
     if endpoint.kind == endpoints.INFERENCE:
         try:
             view = fmt.parse_request(payload)
-            conv_key = conversation_key(_session_header(headers, settings.session_headers),
-                                        seed_without_scratchpad(view.conversation_seed))
+            conv_key = await conversation_key_of(_session_header(headers, settings.session_headers),
+                                                 view.conversation_seed, settings.text_actions)
         except RecursionError:
             raise GatewayError(400, "invalid_request_error", "invalid_json",
                                "Request body is nested too deeply. Nothing was forwarded or counted.") from None
@@ -216,7 +216,7 @@ async def proxy_post(request: Request) -> Response:
         if settings.loop_guard_enabled and view.tool_results:
             guard = GuardRequest(conv_key, view.tool_calls, view.tool_results)
         elif settings.loop_guard_enabled and settings.text_actions and not view.tool_calls:
-            calls, results = guard_calls(extract(turns, conv_key))  # the structured path wins
+            calls, results = guard_calls(await text_actions_of(turns, conv_key))  # the structured path wins
             guard = GuardRequest(conv_key, calls, results) if calls else None
         if guard is not None:  # fingerprinted here, off the event loop when large, not under the row lock
             known = agent_turn.last_locked(hashed) if run_task is None else None
