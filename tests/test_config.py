@@ -1,12 +1,22 @@
-"""The configuration file (TASKGATE_CONFIG): loading, one-line errors with lines, routing
-by model, and the built-in price table. Pure: no server."""
+"""The configuration file (TASKGATE_CONFIG): loading, errors with their lines and the
+expected shape (every one listed by ``taskgate config check``), routing by model, and the
+built-in price table. No server."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
+import yaml
 
 from app.config import environment_config
+from app.config.examples import EXAMPLES, example_for
 from app.config.loader import ConfigError, parse
+from app.config.schema import Price, Provider
 from app.config.prices import default_price, price_table
 from app.config.routing import ModelNotFound, WrongFormat, resolve, routing_table
 
@@ -54,7 +64,8 @@ def test_the_issue_example_loads_with_environment_references() -> None:
     (("${OPENAI_API_KEY}", "${NOPE_KEY}"),
      "t.yaml:5: providers.openai.api_key: environment variable NOPE_KEY is not set"),
     (("provider: local", "provider: locl"),
-     "t.yaml:21: models[2].provider: unknown provider 'locl' (known: anthropic, local, openai)"),
+     "t.yaml:21: models[2].provider: unknown provider 'locl' (known: anthropic, local, openai); "
+     "did you mean 'local'?"),
     (("output_per_mtok: 1.60", "output_per_mtok: cheap"),
      "t.yaml:17: models[0].price.output_per_mtok: Input should be a valid number"),
     (("output_per_mtok: 1.60", "output_per_mtok: -1"),
@@ -66,7 +77,7 @@ def test_the_issue_example_loads_with_environment_references() -> None:
     (("max_output_tokens: 8192", "max_output_tokens: '8192'"),
      "t.yaml:23: models[2].max_output_tokens: Input should be a valid integer"),
     (("    provider: openai\n    price", "    provider: openai\n    pricing: 1\n    price"),
-     "t.yaml:17: models[0].pricing: Extra inputs are not permitted"),
+     "t.yaml:17: models[0].pricing: unknown key; did you mean 'price'?"),
     (("  - name: \"*\"", "  - name: \"gpt-*\"\n    upstream_model: x"),
      "t.yaml:25: models[3]: Value error, upstream_model needs an exact name, not a glob"),
 ])
@@ -87,6 +98,9 @@ def test_errors_are_one_line_naming_file_line_and_key(edit: tuple[str, str], exp
     ("providers: {}\n", "t.yaml:1: providers: Value error, at least one provider is needed"),
     ("providers:\n  a: {kind: openai, base_url: 'http://x'}\n  a: {kind: openai, base_url: 'http://y'}\n",
      "t.yaml:3: providers.a: duplicate key"),
+    ("providers:\n  - kind: openai\n", "t.yaml:1: providers: expected a mapping (key: value lines), found a list"),
+    ("providers: {a: {kind: openai, base_url: 'http://x'}}\nmodels: {name: x}\n",
+     "t.yaml:2: models: expected a list ('- ' items), found a mapping"),
 ])
 def test_malformed_documents(text: str, expected: str) -> None:
     with pytest.raises(ConfigError) as info:
@@ -149,3 +163,90 @@ def test_routing_table_rows() -> None:
     assert rows[0]["price"] == "$0.4 in / $1.6 out per MTok (config)"
     assert rows[1]["upstream_model"] == "(as requested)"
     assert rows[2]["upstream_model"] == "qwen2.5-coder-7b-instruct"
+
+
+def test_every_problem_is_listed_with_its_line_and_an_example_of_the_shape() -> None:
+    """Three mistakes at once (a list where a mapping belongs, a misspelled key, an unset
+    variable) and a dangling provider: all four, in file order, each with its line; the
+    structural ones with an example of the expected shape."""
+    text = """\
+providers:
+  openai:
+    kind: openai
+    base_url: https://api.openai.com/v1
+    api_key: ${NOPE_KEY}
+    headers: [x-title]
+models:
+  - name: gpt-4.1-mini
+    provider: openia
+    pricing: {input_per_mtok: 1, output_per_mtok: 2}
+"""
+    with pytest.raises(ConfigError) as info:
+        parse(text, {}, "t.yaml")
+    problems = info.value.problems
+    assert [p.line() for p in problems] == [
+        "t.yaml:5: providers.openai.api_key: environment variable NOPE_KEY is not set "
+        "(use ${NOPE_KEY:-default} for a default)",
+        "t.yaml:6: providers.openai.headers: expected a mapping (key: value lines), found a list",
+        "t.yaml:9: models[0].provider: unknown provider 'openia' (known: openai); did you mean 'openai'?",
+        "t.yaml:10: models[0].pricing: unknown key; did you mean 'price'?",
+    ]
+    assert problems[1].example == EXAMPLES[("providers", "*", "headers")]
+    assert problems[2].example == problems[3].example == EXAMPLES[("models", "[]")]
+    assert str(info.value).endswith("(and 3 more)") and "\n" not in str(info.value)
+
+
+def test_a_list_of_providers_shows_the_mapping_expected() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse("providers:\n  - kind: openai\n    base_url: http://x\n", {}, "t.yaml")
+    (problem,) = info.value.problems
+    assert "found a list" in problem.message and "dictionary" not in problem.message
+    assert problem.example is not None and "providers:\n  openai:" in problem.example
+
+
+@pytest.mark.parametrize("shape", sorted(EXAMPLES))
+def test_each_example_is_valid(shape: tuple[str, ...]) -> None:
+    """The examples shown with errors validate themselves, so they cannot drift from the
+    schema: whole-document ones with a provider added when they lack one, fragments
+    (headers, a price) against their own model."""
+    example = textwrap.dedent(EXAMPLES[shape])
+    if shape[-1:] == ("headers",):
+        Provider(kind="openai", base_url="http://x", **yaml.safe_load(example))
+    elif shape[-1:] == ("price",):
+        Price.model_validate(yaml.safe_load(example)["price"])
+    else:
+        doc = example if example.startswith("providers:") else EXAMPLES[("providers",)] + "\n" + example
+        assert parse(doc, {"OPENAI_API_KEY": "k"}).providers
+
+
+def test_example_for_picks_the_nearest_place() -> None:
+    assert example_for(("models", 3, "price", "input_per_mtok")) == EXAMPLES[("models", "[]", "price")]
+    assert example_for(("models", 3, "pricing")) == EXAMPLES[("models", "[]")]
+    assert example_for(("providers", "my-local", "headers")) == EXAMPLES[("providers", "*", "headers")]
+    assert example_for(("providers", "my-local", "kind")) == EXAMPLES[("providers", "*")]
+    assert example_for(("nonsense",)) == EXAMPLES[()]
+
+
+def _check(*args: str, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "TASKGATE_CONFIG"} | env
+    return subprocess.run([sys.executable, "-m", "app.cli", "config", "check", *args], capture_output=True,
+                          text=True, timeout=60, env=environ)
+
+
+def test_config_check_lists_every_problem_and_names_the_file_given(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("providers:\n  - kind: openai\nmodels:\n  - name: x\n    provider: openai\n    pricing: 1\n")
+    run = _check(str(path))
+    assert run.returncode == 2, run.stderr
+    lines = run.stderr.splitlines()
+    assert lines[0] == f"taskgate: {path}: 2 problems"
+    assert "TASKGATE_CONFIG" not in run.stderr  # the file was given as an argument
+    assert f"{path}:1: providers: expected a mapping (key: value lines), found a list" in lines
+    assert f"{path}:6: models[0].pricing: unknown key; did you mean 'price'?" in lines
+    assert "    expected shape, for example:" in lines
+    assert "        openai:                 # a name of your choice, referred to by models[].provider" in lines
+    # named by TASKGATE_CONFIG: said so
+    assert _check(TASKGATE_CONFIG=str(path)).stderr.splitlines()[0] == f"taskgate: {path} (TASKGATE_CONFIG): 2 problems"
+    path.write_text(DOC)
+    ok = _check(str(path), OPENAI_API_KEY="k")
+    assert ok.returncode == 0 and ok.stdout.startswith(f"{path}: OK, 3 providers, 4 models"), ok.stdout + ok.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 
 import click
 from rich.console import Console
@@ -12,6 +13,7 @@ from rich.table import Table
 from app.cli.help import FullHelpGroup
 from app.cli.render import out
 from app.config import ConfigError, GatewayConfig, gateway_config
+from app.config.loader import Problem
 from app.config.routing import routing_table
 from app.settings import Settings, get_settings
 
@@ -19,12 +21,31 @@ COLUMNS = ("model", "provider", "kind", "base_url", "upstream_model", "price", "
 
 
 def check_config(settings: Settings) -> GatewayConfig:
-    """The gateway configuration in force, or exit 2 with its one-line error."""
+    """The gateway configuration in force (for ``serve``), or exit 2 with one line: the
+    first problem of the file named by ``TASKGATE_CONFIG``, and how to see the others."""
     try:
         return gateway_config(settings, os.environ)
     except ConfigError as exc:
-        click.echo(f"taskgate: TASKGATE_CONFIG: {exc}", err=True)
+        more = len(exc.problems) - 1
+        click.echo(f"taskgate: TASKGATE_CONFIG: {exc.problems[0].line()}"
+                   + (f" (and {more} more: taskgate config check {settings.config})" if more else ""), err=True)
         sys.exit(2)
+
+
+def print_problems(source: str, problems: list[Problem]) -> None:
+    """Every problem on stderr: its line, then an example of the shape expected there
+    (an example already shown for an earlier problem is referred to, not repeated)."""
+    click.echo(f"taskgate: {source}: {len(problems)} problem{'s' if len(problems) != 1 else ''}", err=True)
+    shown: set[str] = set()
+    for problem in problems:
+        click.echo(problem.line(), err=True)
+        if problem.example is None:
+            continue
+        if problem.example in shown:
+            click.echo("    expected shape: as in the example above", err=True)
+            continue
+        shown.add(problem.example)
+        click.echo("    expected shape, for example:\n" + textwrap.indent(problem.example, "      "), err=True)
 
 
 @click.group("config", cls=FullHelpGroup)
@@ -35,13 +56,20 @@ def config_group() -> None:
 @config_group.command("check")
 @click.argument("path", required=False, type=click.Path(dir_okay=False))
 def check(path: str | None) -> None:
-    """Validate PATH (default: TASKGATE_CONFIG) and print its routing table; exit 2 on
-    the first error, printed as one line with the file, line and key."""
+    """Validate PATH (default: TASKGATE_CONFIG) and print its routing table. On errors,
+    exit 2 after listing every one: file, line, key, what is wrong and an example of the
+    expected shape."""
     settings = get_settings()
     if path is not None:
         settings.config = path  # type: ignore[assignment]
-    config = check_config(settings)
-    source = settings.config or "environment (TASKGATE_UPSTREAM_*, TASKGATE_ANTHROPIC_*)"
+    named = "" if path is not None or not settings.config else " (TASKGATE_CONFIG)"
+    try:
+        config = gateway_config(settings, os.environ)
+    except ConfigError as exc:
+        print_problems(f"{settings.config}{named}", exc.problems)
+        sys.exit(2)
+    source = (f"{settings.config}{named}" if settings.config
+              else "environment (TASKGATE_UPSTREAM_*, TASKGATE_ANTHROPIC_*)")
     out.print(f"{source}: OK, {len(config.providers)} providers, {len(config.models)} models")
     table = Table(*COLUMNS, box=None, header_style="bold")
     for row in routing_table(config):
