@@ -118,11 +118,13 @@ def migrate() -> None:
 
 @main.command(short_help="Watch the loop guard stop a looping agent.")
 @click.option("--max-turns", default=20, show_default=True, help="Give up after this many agent turns.")
-def demo(max_turns: int) -> None:
+@click.option("--verbose", "-v", is_flag=True,
+              help="Also print the gateway's log lines and the stop's detail (hashes, thresholds).")
+def demo(max_turns: int, verbose: bool) -> None:
     """Watch the loop guard stop a looping agent (gateway + scripted upstream + agent)."""
     from app.demo import run_demo
 
-    task = run_demo(max_turns=max_turns)
+    task = run_demo(max_turns=max_turns, verbose=verbose)
     if task["status"] != "stopped":
         raise SystemExit(1)
 
