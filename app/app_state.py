@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 if TYPE_CHECKING:
     import asyncpg
+    import httpx
     from starlette.applications import Starlette
 
     from app.config.schema import GatewayConfig
@@ -35,6 +36,7 @@ class AppState(Protocol):
     redactor: Redactor
     db: asyncpg.Pool
     client: UpstreamClient
+    mcp_client: httpx.AsyncClient  # to the MCP servers of mcp_servers: (app.mcp.routes)
     open_requests: OpenRequests
     upstream_slots: UpstreamSlots  # the cap on connections to upstream
     supervisor: Supervisor | None

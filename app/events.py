@@ -25,6 +25,7 @@ logs, stop webhook and traces) subscribe once at start-up (:func:`app.main.creat
   (:class:`BudgetExhausted`): the first such refusal of a budget's window, across
   processes (committed); :data:`BUDGET_SPENT` (:class:`BudgetSpent`): a request settled
   into a budget's window (:class:`app.proxy.accounting.Accounting`).
+- :data:`MCP_CALL` (:class:`McpCall`): a ``tools/call`` through ``/mcp/<name>`` ended.
 
 Emitting is synchronous and cheap (a loop over the subscribers); a subscriber must not
 block. One that raises is logged and skipped: the core's work never fails because an
@@ -194,6 +195,18 @@ class BudgetSpent:
     cost_usd: Decimal
 
 
+@dataclass(frozen=True, slots=True)
+class McpCall:
+    """A ``tools/call`` to MCP server ``server`` ended (:mod:`app.mcp.routes`):
+    ``outcome`` is ``ok``, ``error`` (the tool failed), ``refused`` (by the gateway),
+    ``unreachable``, ``timeout``, ``no_result`` (the server answered without one) or
+    ``client_closed``."""
+
+    server: str
+    tool: str
+    outcome: str
+
+
 LATCH_SET: Channel[LatchSet] = Channel("latch_set")
 EXCHANGE_STARTED: Channel[ExchangeStarted] = Channel("exchange_started")
 EXCHANGE_FINISHED: Channel[ExchangeFinished] = Channel("exchange_finished")
@@ -205,3 +218,4 @@ COST_HELD: Channel[CostHeld] = Channel("cost_held")
 BUDGET_REFUSED: Channel[BudgetRefused] = Channel("budget_refused")
 BUDGET_EXHAUSTED: Channel[BudgetExhausted] = Channel("budget_exhausted")
 BUDGET_SPENT: Channel[BudgetSpent] = Channel("budget_spent")
+MCP_CALL: Channel[McpCall] = Channel("mcp_call")

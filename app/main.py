@@ -38,6 +38,7 @@ from app.proxy.endpoints import DEFAULT_ENDPOINTS, parse_endpoints
 from app.proxy.lane import GatewayApp
 from app.proxy.open_requests import OpenRequests
 from app.proxy.redact import Redactor, provider_keys
+from app.mcp import routes as mcp_routes
 from app.proxy.routes import routes as proxy_routes
 from app.proxy.capacity import UpstreamSlots
 from app.proxy.stop_watch import StopWatcher
@@ -80,6 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.db = await create_pool(database_url, settings, direct=embedded_pgdata(settings) is not None)
         app.state.supervisor, supervising = supervisor.start(embedded_pgdata(settings), app.state.db)
         app.state.client = create_client(settings)
+        app.state.mcp_client = mcp_routes.create_client()
         app.state.upstream_slots = UpstreamSlots(settings.upstream_max_connections, settings.upstream_slot_wait_s)
         app.state.open_requests = OpenRequests()
         stop_watch = StopWatcher(app.state.db, app.state.open_requests, settings,
@@ -101,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 supervising.cancel()
             await backlog.drain(timeout_s=5)
             await app.state.client.aclose()
+            await app.state.mcp_client.aclose()
             await app.state.db.close()
 
     app = GatewayApp(
@@ -120,6 +123,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(maintenance_router)
     app.include_router(budgets_router)
     app.router.routes.extend(proxy_routes)
+    app.router.routes.extend(mcp_routes.routes)
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)  # the lane does its own
     app.outer_middleware = []
     console.install(app)

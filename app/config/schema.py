@@ -73,19 +73,30 @@ class Provider(_Strict):
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, v: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", v):
-            raise ValueError("must be an http:// or https:// URL")
-        return v.rstrip("/")
+        return http_url(v)
 
     @field_validator("headers")
     @classmethod
     def _header_names(cls, v: dict[str, str]) -> dict[str, str]:
-        for name, value in v.items():
-            if not re.match(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", name):
-                raise ValueError(f"{name!r} is not a valid header name")
-            if any(c in value for c in "\r\n\0"):
-                raise ValueError(f"the value of {name!r} contains a line break or NUL")
-        return {name.lower(): value for name, value in v.items()}
+        return header_values(v)
+
+
+def http_url(v: str) -> str:
+    """``v`` without a trailing ``/``; ``ValueError`` unless it is an http(s) URL."""
+    if not re.match(r"^https?://[^/\s]+", v):
+        raise ValueError("must be an http:// or https:// URL")
+    return v.rstrip("/")
+
+
+def header_values(v: dict[str, str]) -> dict[str, str]:
+    """Headers to send upstream, names lower-cased; ``ValueError`` for an invalid name or
+    a value holding a line break or NUL."""
+    for name, value in v.items():
+        if not re.match(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", name):
+            raise ValueError(f"{name!r} is not a valid header name")
+        if any(c in value for c in "\r\n\0"):
+            raise ValueError(f"the value of {name!r} contains a line break or NUL")
+    return {name.lower(): value for name, value in v.items()}
 
 
 class ModelRoute(_Strict):
@@ -118,11 +129,72 @@ class ModelRoute(_Strict):
         return self
 
 
+class McpTool(_Strict):
+    """Settings of one tool of an MCP server: ``price_usd`` (US dollars a call, counted
+    toward the task's dollar ceiling) and ``timeout_s`` (seconds the server may take to
+    answer a ``tools/call``; the server's when unset)."""
+
+    price_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    timeout_s: float | None = Field(default=None, gt=0, le=86_400, allow_inf_nan=False)
+
+
+class McpServer(_Strict):
+    """One upstream MCP server, reached at ``/mcp/<name>`` (:mod:`app.mcp`).
+
+    ``url`` is its streamable-HTTP endpoint (``http://127.0.0.1:8000/mcp``); ``headers``
+    are added to every request to it (``${ENV}`` secrets, as for providers; the client's
+    task token is never sent); ``timeout_s`` bounds a ``tools/call`` (default 300 s);
+    ``tools`` holds per-tool settings by tool name.
+    """
+
+    name: str
+    url: str
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = Field(default=300.0, gt=0, le=86_400, allow_inf_nan=False)
+    tools: dict[str, McpTool] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not PROVIDER_NAME.match(v):
+            raise ValueError(f"must match {PROVIDER_NAME.pattern}")
+        return v
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        return http_url(v)
+
+    @field_validator("headers")
+    @classmethod
+    def _header_names(cls, v: dict[str, str]) -> dict[str, str]:
+        return header_values(v)
+
+    def tool_timeout_s(self, tool: str) -> float:
+        """Seconds a ``tools/call`` of ``tool`` may take."""
+        settings = self.tools.get(tool)
+        return settings.timeout_s if settings is not None and settings.timeout_s is not None else self.timeout_s
+
+
 class GatewayConfig(_Strict):
-    """The whole document: ``providers`` by name and the ordered ``models`` table."""
+    """The whole document: ``providers`` by name, the ordered ``models`` table and the
+    ``mcp_servers`` reached through ``/mcp/<name>``."""
 
     providers: dict[str, Provider]
     models: list[ModelRoute] = Field(default_factory=list)
+    mcp_servers: list[McpServer] = Field(default_factory=list)
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _unique_servers(cls, v: list[McpServer]) -> list[McpServer]:
+        names = [s.name for s in v]
+        if len(set(names)) != len(names):
+            raise ValueError("MCP server names must be unique")
+        return v
+
+    def mcp_server(self, name: str) -> McpServer | None:
+        """The MCP server called ``name``, or ``None``."""
+        return next((s for s in self.mcp_servers if s.name == name), None)
 
     @field_validator("providers")
     @classmethod

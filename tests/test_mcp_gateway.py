@@ -1,0 +1,267 @@
+"""The MCP gateway end to end: the official ``mcp`` SDK as the client, a real MCP server
+written with the SDK (:mod:`tests.mcp_fixture`), a real gateway on PostgreSQL.
+
+An agent's tool calls through ``/mcp/<name>`` are admitted, counted and loop-guarded on
+the same task and latch as its model calls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import httpx2
+import openai
+import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+
+from tests.mcp_fixture import McpFixture
+from tests.support import Admin, GatewayProcess, free_port
+
+MODES = ("legacy", "2026-07-28")  # the initialize handshake (2025-11-25), and the stateless revision
+_CONFIG = """
+providers:
+  main:
+    kind: openai
+    base_url: {upstream}/v1
+models:
+  - name: "*"
+    provider: main
+mcp_servers:
+  - name: fixture
+    url: {mcp}
+    headers: {{x-server-secret: "${{FIXTURE_SECRET}}"}}
+    tools:
+      slow: {{timeout_s: 1}}
+      count: {{price_usd: 0.25}}
+  - name: down
+    url: http://127.0.0.1:{down}/mcp
+"""
+
+
+@pytest.fixture(scope="module")
+def mcp_server() -> Iterator[McpFixture]:
+    with McpFixture() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def mcp_gateway(database_url: str, upstream, mcp_server: McpFixture, tmp_path_factory) -> Iterator[GatewayProcess]:
+    config = Path(tmp_path_factory.mktemp("mcp")) / "taskgate.yaml"
+    config.write_text(_CONFIG.format(upstream=upstream.base_url, mcp=mcp_server.url, down=free_port()))
+    with GatewayProcess(database_url, upstream.base_url, TASKGATE_CONFIG=str(config),
+                        FIXTURE_SECRET="server-only") as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def mcp_admin(mcp_gateway: GatewayProcess) -> Admin:
+    return Admin(mcp_gateway.url)
+
+
+def _client(gateway: GatewayProcess, token: str, mode: str, server: str = "fixture") -> Client:
+    """The SDK's client on ``/mcp/<server>`` with the task token as its bearer token (its
+    HTTP client is the SDK's own, ``httpx2``)."""
+    http = httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30)
+    return Client(streamable_http_client(f"{gateway.url}/mcp/{server}", http_client=http), mode=mode)
+
+
+def _calls(gateway: GatewayProcess, token: str, mode: str, tool: str, arguments: dict, times: int) -> list:
+    """Call ``tool`` ``times`` times in one session; each item is the result or the MCPError."""
+
+    async def run() -> list:
+        out: list = []
+        async with _client(gateway, token, mode) as client:
+            for _ in range(times):
+                try:
+                    out.append(await client.call_tool(tool, arguments))
+                except MCPError as exc:
+                    out.append(exc)
+        return out
+
+    return asyncio.run(run())
+
+
+def _raw(gateway: GatewayProcess, token: str | None, body: object, server: str = "fixture",
+         headers: dict | None = None) -> httpx.Response:
+    sent = {"accept": "application/json, text/event-stream", "content-type": "application/json",
+            "mcp-protocol-version": "2026-07-28"}
+    if isinstance(body, dict) and isinstance(body.get("method"), str):  # what 2026-07-28 clients send
+        sent["mcp-method"] = body["method"]
+        if isinstance(body.get("params", {}).get("name"), str):
+            sent["mcp-name"] = body["params"]["name"]
+    sent.update(headers or {})
+    if token is not None:
+        sent["authorization"] = f"Bearer {token}"
+    content = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return httpx.post(f"{gateway.url}/mcp/{server}", content=content, headers=sent, timeout=30)
+
+
+#: What revision 2026-07-28 requires in every request's params (no initialize handshake).
+META = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}
+
+
+def _tools_call(tool: str, arguments: dict, call_id: int = 1) -> dict:
+    return {"jsonrpc": "2.0", "id": call_id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments, **META}}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_sdk_reaches_the_server_through_the_gateway(mcp_gateway, mcp_admin, mode):
+    task_id, token = mcp_admin.create_task()
+
+    async def run() -> tuple[list[str], object]:
+        async with _client(mcp_gateway, token, mode) as client:
+            tools = await client.list_tools()
+            return [t.name for t in tools.tools], await client.call_tool("count", {})
+
+    names, result = asyncio.run(run())
+    assert {"grep", "count", "fail", "slow", "big"} <= set(names)
+    assert result.content[0].text.startswith("call ")
+    task = mcp_admin.task(task_id)
+    assert task["tool_calls"] == 1 and task["admitted_requests"] == 0  # a tool call, not a model request
+
+
+def test_answers_are_the_servers_bytes(mcp_gateway, mcp_admin, mcp_server):
+    _, token = mcp_admin.create_task()
+    for body in ({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": META},
+                 _tools_call("grep", {"pattern": "TODO"}, 8)):
+        headers = {"mcp-method": body["method"]}
+        if body["method"] == "tools/call":
+            headers["mcp-name"] = "grep"
+        via = _raw(mcp_gateway, token, body, headers=headers)
+        direct = httpx.post(mcp_server.url, json=body, timeout=30, headers={
+            "accept": "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28", **headers})
+        assert via.status_code == direct.status_code == 200
+        assert via.content == direct.content
+        assert via.headers["content-type"] == direct.headers["content-type"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_looping_tool_call_is_stopped_before_its_sixth_call_reaches_the_server(
+        mcp_gateway, mcp_admin, mcp_server, upstream, mode):
+    task_id, token = mcp_admin.create_task()
+    before = mcp_server.calls().get("grep", 0)
+    results = _calls(mcp_gateway, token, mode, "grep", {"pattern": "needle"}, 5)
+    assert all(not isinstance(r, MCPError) for r in results), results
+    task = mcp_admin.task(task_id)  # latched with the 5th result, before it was released
+    assert task["status"] == "stopped" and task["stop_reason"] == "repeated_tool_call"
+    assert task["stop_detail"]["tool_name"] == "grep" and task["tool_calls"] == 5
+    model = openai.OpenAI(base_url=mcp_gateway.url + "/v1", api_key=token, max_retries=0)
+    with pytest.raises(openai.BadRequestError, match="repeated_tool_call"):  # one latch: model calls too
+        model.chat.completions.create(model="mock-model", messages=[{"role": "user", "content": "hi"}])
+    refused = _calls(mcp_gateway, token, mode, "grep", {"pattern": "needle"}, 2)
+    assert all(isinstance(r, MCPError) for r in refused), refused
+    assert refused[0].error.code == -32001
+    assert f"Task '{task_id}' is stopped (repeated_tool_call" in refused[0].error.message
+    assert refused[0].error.data == {"type": "task_stopped", "code": "repeated_tool_call"}
+    assert mcp_server.calls()["grep"] - before == 5  # the 6th and 7th never reached the server
+
+
+def test_a_model_stop_refuses_tool_calls(mcp_gateway, mcp_admin, mcp_server):
+    task_id, token = mcp_admin.create_task(request_limit=1)
+    model = openai.OpenAI(base_url=mcp_gateway.url + "/v1", api_key=token, max_retries=0)
+    model.chat.completions.create(model="mock-model", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError):
+        model.chat.completions.create(model="mock-model", messages=[{"role": "user", "content": "hi"}])
+    answer = _raw(mcp_gateway, token, _tools_call("count", {}))
+    assert answer.json()["error"]["data"] == {"type": "task_stopped", "code": "request_limit"}
+
+
+def test_changing_results_are_not_a_loop(mcp_gateway, mcp_admin):
+    task_id, token = mcp_admin.create_task()
+    results = _calls(mcp_gateway, token, "2026-07-28", "count", {}, 12)
+    assert not any(isinstance(r, MCPError) for r in results)
+    assert mcp_admin.task(task_id)["status"] == "active"
+
+
+def test_a_failure_streak_is_stopped(mcp_gateway, mcp_admin, mcp_server):
+    task_id, token = mcp_admin.create_task(loop_guard={"failure_streak": 3, "identical_streak": 50})
+    results = _calls(mcp_gateway, token, "2026-07-28", "fail", {"path": "/etc/shadow"}, 5)
+    assert [isinstance(r, MCPError) for r in results] == [False, False, False, True, True]
+    assert results[0].is_error  # the tool's own failure reaches the agent as is
+    assert mcp_admin.task(task_id)["stop_reason"] == "repeated_tool_failure"
+
+
+def test_an_operators_stop_refuses_tool_calls_at_once(mcp_gateway, mcp_admin, mcp_server):
+    task_id, token = mcp_admin.create_task()
+    assert mcp_admin.http.post(f"/admin/tasks/{task_id}/stop", json={}).status_code == 200
+    before = mcp_server.calls().get("count", 0)
+    answer = _raw(mcp_gateway, token, _tools_call("count", {}))
+    assert answer.status_code == 200 and answer.json()["error"]["data"]["type"] == "task_stopped"
+    assert mcp_server.calls().get("count", 0) == before
+    assert mcp_admin.task(task_id)["refused_requests"] == 1
+
+
+def test_tool_call_limit_holds_under_concurrency(mcp_gateway, mcp_admin, mcp_server):
+    task_id, token = mcp_admin.create_task(tool_call_limit=3)
+    before = mcp_server.calls().get("count", 0)
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda i: _raw(mcp_gateway, token, _tools_call("count", {}, i)), range(6)))
+    results = [a.json() for a in answers]
+    assert sum("result" in r for r in results) == 3
+    assert sum(r.get("error", {}).get("data", {}).get("code") == "tool_call_limit" for r in results) == 3
+    assert mcp_server.calls()["count"] - before == 3
+    task = mcp_admin.task(task_id)
+    assert task["tool_calls"] == 3 and task["stop_reason"] == "tool_call_limit"
+
+
+def test_a_tools_price_counts_toward_the_dollar_ceiling(mcp_gateway, mcp_admin, mcp_server):
+    task_id, token = mcp_admin.create_task(cost_limit_usd=0.6)
+    answers = [_raw(mcp_gateway, token, _tools_call("count", {}, i)).json() for i in range(3)]
+    assert ["result" in a for a in answers] == [True, True, False]
+    assert answers[2]["error"]["data"]["code"] == "cost_limit"
+    task = mcp_admin.task(task_id)
+    assert float(task["cost_usd"]) == pytest.approx(0.5) and task["tool_calls"] == 2
+
+
+@pytest.mark.parametrize("case", ["unknown_server", "no_token", "unknown_token", "not_json", "batch",
+                                  "not_json_rpc", "method_header", "name_header", "no_tool_name"])
+def test_bad_requests_never_reach_the_server(mcp_gateway, mcp_admin, mcp_server, case):
+    task_id, token = mcp_admin.create_task()
+    call = _tools_call("count", {})
+    sent = {
+        "unknown_server": dict(server="nope"), "no_token": dict(token=None), "unknown_token": dict(token="tg-nope"),
+        "not_json": dict(body=b"{not json"), "batch": dict(body=[call, call]),
+        "not_json_rpc": dict(body={"id": 1, "method": "tools/call"}),
+        "method_header": dict(headers={"mcp-method": "tools/list"}),
+        "name_header": dict(headers={"mcp-method": "tools/call", "mcp-name": "grep"}),
+        "no_tool_name": dict(body={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}),
+    }[case]
+    before = mcp_server.calls().get("count", 0)
+    answer = _raw(mcp_gateway, sent.get("token", token), sent.get("body", call), server=sent.get("server", "fixture"),
+                  headers=sent.get("headers"))
+    expected = {"unknown_server": 404, "no_token": 401, "unknown_token": 401}.get(case, 400)
+    assert answer.status_code == expected, answer.text
+    assert "error" in answer.json() and answer.json()["jsonrpc"] == "2.0"
+    assert mcp_server.calls().get("count", 0) == before
+    assert mcp_admin.task(task_id)["tool_calls"] == 0
+
+
+def test_a_server_that_is_down_is_named_and_not_a_failure(mcp_gateway, mcp_admin):
+    task_id, token = mcp_admin.create_task()
+    answer = _raw(mcp_gateway, token, _tools_call("anything", {}), server="down")
+    assert answer.status_code == 200
+    error = answer.json()["error"]
+    assert error["code"] == -32002 and "'down'" in error["message"]
+    task = mcp_admin.task(task_id)
+    assert task["status"] == "active" and task["tool_calls"] == 1  # admitted before it was sent: counted
+
+
+def test_a_silent_tool_is_cut_at_its_timeout(mcp_gateway, mcp_admin):
+    _, token = mcp_admin.create_task()
+    answer = _raw(mcp_gateway, token, _tools_call("slow", {"seconds": 30}))
+    assert answer.status_code == 200 and answer.elapsed.total_seconds() < 10
+    assert "did not answer 'slow' within 1 s" in answer.json()["error"]["message"]
+
+
+def test_the_task_token_never_reaches_the_server_but_configured_headers_do(mcp_gateway, mcp_admin):
+    from app.mcp.routes import FORWARDED_HEADERS
+
+    assert "authorization" not in FORWARDED_HEADERS and "x-api-key" not in FORWARDED_HEADERS
