@@ -50,3 +50,20 @@ def test_relative_links_resolve(page: Path) -> None:
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest.read_text()):
             broken.append(target)
     assert not broken, f"{page.name}: broken links {broken}"
+
+
+def test_readme_test_command_is_one_line_from_either_state_and_ci_runs_it() -> None:
+    """README's test command works on a fresh clone and after the quick start alike: it
+    makes or reuses the quick start's ``.venv`` and installs the test extra before pytest;
+    ``.ci/run`` runs the same install line and the same pytest command."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    quick = next(line for line in lines if line.startswith("python3 -m venv") and "taskgate serve" in line)
+    command = next(line for line in lines if line.startswith("python3 -m venv") and "pytest" in line)
+    venv = "python3 -m venv .venv && . .venv/bin/activate && "
+    assert quick.startswith(venv) and command.startswith(venv)  # the same environment
+    install, sep, run = command.partition(" && python -m pytest")
+    assert sep and install.endswith("pip install -q -e '.[test]'"), command
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert f"{install} || exit 1" in ci
+    runs = [line for line in ci if "python -m pytest" in line and not line.lstrip().startswith("#")]
+    assert len(runs) == 2 and all(f"python -m pytest{run} " in line for line in runs), runs
