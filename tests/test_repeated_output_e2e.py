@@ -12,6 +12,9 @@ import openai
 import pytest
 
 USER = [{"role": "user", "content": "explain the configuration"}]
+#: The terminal error's message of a stream cut for repeating itself, in every wire format.
+CUT_SENTENCE = ("The model kept repeating the same passage in this answer; taskgate cut the stream and "
+                "stopped the task (repeated_output).")
 
 
 def wait_for_stop(admin, task_id: str, timeout: float = 5) -> dict:
@@ -31,7 +34,7 @@ def test_chanting_chat_stream_is_cut_and_the_task_latched(gateway, admin, upstre
             if chunk.choices:
                 pieces.append(chunk.choices[0].delta.content or "")
     assert exc.value.code == "repeated_output" and exc.value.type == "task_stopped"
-    assert "kept repeating" in json.loads(exc.value.message)["error"]["message"]
+    assert exc.value.message == CUT_SENTENCE  # the sentence itself, not a JSON document
     phrase = "Let me check the configuration file once more. "
     assert "".join(pieces).count(phrase) < 60  # cut before the end of the answer
     task = wait_for_stop(admin, task_id)
@@ -47,7 +50,7 @@ def test_chanting_responses_stream_ends_with_response_failed(gateway, admin, ups
                    json={"model": "mock-model", "input": "explain", "stream": True}, timeout=30)
     events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
     assert events[-1]["type"] == "response.failed"
-    assert events[-1]["response"]["error"]["code"] == "repeated_output"
+    assert events[-1]["response"]["error"] == {"code": "repeated_output", "message": CUT_SENTENCE}
     assert not any(e["type"] == "response.completed" for e in events)
     assert wait_for_stop(admin, task_id)["stop_reason"] == "repeated_output"
 
@@ -56,9 +59,10 @@ def test_chanting_messages_stream_ends_with_an_error_event(gateway, admin, upstr
     task_id, token = admin.create_task()
     upstream.script("chant", repeats=60, chunks=60, chunk_delay_s=0.01)
     client = anthropic.Anthropic(base_url=gateway.url, api_key=token, max_retries=0)
-    with pytest.raises(anthropic.APIStatusError):
+    with pytest.raises(anthropic.APIStatusError) as exc:
         with client.messages.stream(model="mock-model", max_tokens=100, messages=USER) as s:
             s.get_final_message()
+    assert exc.value.body == {"type": "error", "error": {"type": "api_error", "message": CUT_SENTENCE}}
     assert wait_for_stop(admin, task_id)["stop_reason"] == "repeated_output"
 
 

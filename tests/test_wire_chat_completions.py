@@ -284,10 +284,8 @@ def test_stream_error_bytes_are_an_error_chunk_then_done() -> None:
     events = SSEDecoder().feed(raw)
     assert [e for e, _ in events] == ["", ""]
     error = json.loads(events[0][1])["error"]
-    assert error == {"message": error["message"], "type": "upstream_error", "code": "stream_stalled", "param": None}
-    # the message is the shape opencode (AI SDK) prints readably: {"type": "error", "error": {...}}
-    assert json.loads(error["message"]) == {"type": "error", "error": {"message": "stream stalled",
-                                                                       "code": "stream_stalled"}}
+    # the chat completions error object, its message the sentence itself (no nested document)
+    assert error == {"message": "stream stalled", "type": "upstream_error", "code": "stream_stalled", "param": None}
     assert events[1][1] == "[DONE]"
 
 
@@ -313,7 +311,7 @@ def test_openai_sdk_raises_on_stream_error_after_partial_output() -> None:
         for chunk in client.chat.completions.create(model="m", messages=[], stream=True):
             text += [c.delta.content or "" for c in chunk.choices]
     assert "".join(text) == "The file lists a café menu 🍰 and nothing else."
-    assert json.loads(info.value.message)["error"]["message"] == "stream stalled"
+    assert info.value.message == "stream stalled"
     assert info.value.code == "stream_stalled"
     assert info.value.type == "upstream_error"
 

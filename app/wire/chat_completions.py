@@ -19,7 +19,6 @@ Shapes follow the OpenAI API reference, "Chat Completions":
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -313,17 +312,14 @@ class ChatCompletionsFormat:
     def stream_error(
         self, message: str, type: str, code: str, *, observer: object | None = None
     ) -> bytes:
-        """``data: {"error": {...}}`` then ``data: [DONE]``: the openai SDKs raise
-        ``APIError`` (``.code``, ``.type`` set) on a chunk with an ``error`` key.
+        """``data: {"error": {"message", "type", "code", "param"}}`` then ``data: [DONE]``:
+        the chat completions error object, with ``message`` the sentence itself, as an
+        OpenAI stream carries an error; the openai SDKs raise ``APIError`` on a chunk
+        with an ``error`` key, its ``.message`` the sentence and ``.code``, ``.type`` set.
 
-        ``error.message`` is itself the JSON text ``{"type": "error", "error":
-        {"message", "code"}}``: clients on the AI SDK (opencode) hand the error object
-        on as is, and opencode prints it readably only in that shape (otherwise it
-        prints the raw object); the openai SDKs show the same text, which still reads.
-        ``observer`` is unused."""
-        readable = json.dumps({"type": "error", "error": {"message": message, "code": code}},
-                              ensure_ascii=False, separators=(",", ":"))
-        return sse_event(None, openai_error_body(readable, type, code)) + _DONE_BYTES
+        Never another format's error document inside ``message``: that printed as raw
+        JSON in every OpenAI client (issue 34). ``observer`` is unused."""
+        return sse_event(None, openai_error_body(message, type, code)) + _DONE_BYTES
 
     def text_delta(self, event: str, data: str) -> str:
         """``choices[].delta.content`` (legacy: ``choices[].text``) of one chunk."""
