@@ -133,6 +133,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("app.budgets",),
     ("app.admission.admission",),
     ("app.proxy", "app.app_state"),
+    ("app.mcp",),  # the MCP gateway: the proxy's inbound checks and token lookup, admission's rules
     ("app.jobs", "app.retention"),
 )
 #: Upward imports the house allows (at most 3): settings validates two knobs with their

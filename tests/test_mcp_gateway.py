@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
@@ -21,6 +22,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from tests.mcp_fixture import McpFixture
+from tests.mcp_stdio_bridge import StdioBridge
 from tests.support import Admin, GatewayProcess, free_port
 
 MODES = ("legacy", "2026-07-28")  # the initialize handshake (2025-11-25), and the stateless revision
@@ -41,6 +43,8 @@ mcp_servers:
       count: {{price_usd: 0.25}}
   - name: down
     url: http://127.0.0.1:{down}/mcp
+  - name: time
+    url: {time}
 """
 
 
@@ -51,9 +55,18 @@ def mcp_server() -> Iterator[McpFixture]:
 
 
 @pytest.fixture(scope="module")
-def mcp_gateway(database_url: str, upstream, mcp_server: McpFixture, tmp_path_factory) -> Iterator[GatewayProcess]:
+def time_server() -> Iterator[StdioBridge]:
+    """``mcp-server-time`` (PyPI), a published stdio server, behind streamable HTTP."""
+    with StdioBridge(shutil.which("mcp-server-time") or "mcp-server-time", "--local-timezone", "UTC") as bridge:
+        yield bridge
+
+
+@pytest.fixture(scope="module")
+def mcp_gateway(database_url: str, upstream, mcp_server: McpFixture, time_server: StdioBridge,
+                tmp_path_factory) -> Iterator[GatewayProcess]:
     config = Path(tmp_path_factory.mktemp("mcp")) / "taskgate.yaml"
-    config.write_text(_CONFIG.format(upstream=upstream.base_url, mcp=mcp_server.url, down=free_port()))
+    config.write_text(_CONFIG.format(upstream=upstream.base_url, mcp=mcp_server.url, down=free_port(),
+                                     time=time_server.url))
     with GatewayProcess(database_url, upstream.base_url, TASKGATE_CONFIG=str(config),
                         FIXTURE_SECRET="server-only") as gw:
         yield gw
@@ -153,6 +166,7 @@ def test_a_looping_tool_call_is_stopped_before_its_sixth_call_reaches_the_server
     task = mcp_admin.task(task_id)  # latched with the 5th result, before it was released
     assert task["status"] == "stopped" and task["stop_reason"] == "repeated_tool_call"
     assert task["stop_detail"]["tool_name"] == "grep" and task["tool_calls"] == 5
+    assert task["stop_detail"]["mcp_server"] == "fixture"
     model = openai.OpenAI(base_url=mcp_gateway.url + "/v1", api_key=token, max_retries=0)
     with pytest.raises(openai.BadRequestError, match="repeated_tool_call"):  # one latch: model calls too
         model.chat.completions.create(model="mock-model", messages=[{"role": "user", "content": "hi"}])
@@ -265,3 +279,35 @@ def test_the_task_token_never_reaches_the_server_but_configured_headers_do(mcp_g
     from app.mcp.routes import FORWARDED_HEADERS
 
     assert "authorization" not in FORWARDED_HEADERS and "x-api-key" not in FORWARDED_HEADERS
+
+
+def test_a_published_server_is_governed_too(mcp_gateway, mcp_admin):
+    """``mcp-server-time`` from PyPI: its results pass as they are, and an agent converting
+    the same time over and over is stopped at the 6th call."""
+    task_id, token = mcp_admin.create_task()
+
+    async def run() -> tuple[list[str], list]:
+        out: list = []
+        async with _client(mcp_gateway, token, "2026-07-28", server="time") as client:
+            names = [t.name for t in (await client.list_tools()).tools]
+            for _ in range(6):
+                try:
+                    out.append(await client.call_tool(
+                        "convert_time", {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Asia/Tokyo"}))
+                except MCPError as exc:
+                    out.append(exc)
+        return names, out
+
+    names, results = asyncio.run(run())
+    assert {"get_current_time", "convert_time"} <= set(names)
+    assert '"Asia/Tokyo"' in results[0].content[0].text and not results[0].is_error
+    assert [isinstance(r, MCPError) for r in results] == [False] * 5 + [True]
+    task = mcp_admin.task(task_id)
+    assert task["stop_reason"] == "repeated_tool_call" and task["tool_calls"] == 5
+
+
+def test_tool_calls_are_counted_in_prometheus(mcp_gateway, mcp_admin):
+    _, token = mcp_admin.create_task()
+    _raw(mcp_gateway, token, _tools_call("count", {}))
+    text = httpx.get(mcp_gateway.url + "/metrics", timeout=10).text
+    assert 'taskgate_mcp_calls_total{outcome="ok",server="fixture",tool="count"}' in text

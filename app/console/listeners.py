@@ -12,6 +12,7 @@ lines and the stop webhook. :func:`subscribe` is called once by
 - cost held: ``taskgate_cost_holds_total`` by outcome, ``taskgate_cost_hold_seconds``;
 - latch set: ``taskgate_task_stops_total`` and the stop webhook (delivered only once
   the stop is committed, see :mod:`app.console.webhook`);
+- MCP call: ``taskgate_mcp_calls_total{server,tool,outcome}`` and a log line;
 - budget refused / spent / exhausted: ``taskgate_budget_refusals_total{budget}``,
   ``taskgate_budget_spent_usd{budget}`` and the stop webhook's ``budget.exhausted``
   (once per budget window).
@@ -90,6 +91,13 @@ def budget_exhausted(event: events.BudgetExhausted) -> None:
     webhook.schedule_budget(event)
 
 
+def mcp_call(event: events.McpCall) -> None:
+    """``taskgate_mcp_calls_total`` and one log line per MCP tool call."""
+    metrics.MCP_CALLS.labels(event.server, metrics.mcp_tool_label(event.server, event.tool), event.outcome).inc()
+    logger.info("mcp %s/%s: %s", event.server, event.tool[:128], event.outcome,
+                extra={"mcp_server": event.server, "tool_name": event.tool[:128], "outcome": event.outcome})
+
+
 def subscribe() -> None:
     """Subscribe the console to the core's events (idempotent)."""
     events.EXCHANGE_STARTED.subscribe(exchange_started)
@@ -104,3 +112,4 @@ def subscribe() -> None:
     events.BUDGET_EXHAUSTED.subscribe(budget_exhausted)
     events.COST_SETTLED.subscribe(cost_settled)
     events.COST_HELD.subscribe(cost_held)
+    events.MCP_CALL.subscribe(mcp_call)

@@ -102,6 +102,25 @@ COST = Counter("taskgate_cost_usd", "US dollars the relayed responses cost (sett
                "model's price, or the whole reservation when a task with a ceiling got no usage), by "
                "model and provider.", ["model", "provider"])
 TOOL_CALLS = Counter("taskgate_tool_calls", "Tool calls seen in relayed responses.")
+MCP_CALLS = Counter("taskgate_mcp_calls", "tools/call requests through /mcp/<server>, by server, tool and "
+                    "outcome (ok, error, refused, unreachable, timeout, no_result, client_closed).",
+                    ["server", "tool", "outcome"])
+#: Tool labels kept per server: tool names come from clients, so past this many a
+#: server's other tools share the label ``other`` (a bounded number of series).
+MCP_TOOL_LABELS = 100
+_mcp_tools: dict[str, set[str]] = {}
+
+
+def mcp_tool_label(server: str, tool: str) -> str:
+    """``tool`` as a label of ``server``'s calls: itself while the server has fewer than
+    :data:`MCP_TOOL_LABELS` tools labelled, else ``other``."""
+    seen = _mcp_tools.setdefault(server, set())
+    if tool in seen:
+        return tool
+    if len(seen) >= MCP_TOOL_LABELS or len(tool) > 128:
+        return "other"
+    seen.add(tool)
+    return tool
 #: Per budget (ids are the operator's own, as few as the budgets it creates).
 BUDGET_SPENT = Gauge("taskgate_budget_spent_usd", "Settled US dollars of a budget in the window of its latest "
                      "settlement (any process).", ["budget"], multiprocess_mode="mostrecent")

@@ -68,9 +68,10 @@ def _cost_refusal(task: Task, price: Decimal) -> GatewayError | None:
     limit = task.cost_limit_usd
     if limit is None or not price or task.cost_usd + task.reserved_usd + price <= limit:
         return None
+    left = limit - task.cost_usd - task.reserved_usd
     return GatewayError(402, "insufficient_quota", "cost_limit",
-                        f"This tool call costs ${price} and task {task.id} has ${limit - task.cost_usd - task.reserved_usd} "
-                        f"left of its cost_limit_usd ${limit}. Nothing was forwarded or counted.")
+                        f"This tool call costs ${price} and task {task.id} has ${left} left of its "
+                        f"cost_limit_usd ${limit}. Nothing was forwarded or counted.")
 
 
 async def _locked(conn: asyncpg.Connection, token_hash: str, task_id: str | None) -> Task:
@@ -83,11 +84,11 @@ async def _locked(conn: asyncpg.Connection, token_hash: str, task_id: str | None
 
 
 
-async def admit_call(pool: asyncpg.Pool, token_hash: str, call: ToolCall, conversation_key: str,
+async def admit_call(pool: asyncpg.Pool, token_hash: str, server: str, call: ToolCall, conversation_key: str,
                      settings: Settings, *, task_id: str | None = None, price_usd: Decimal = Decimal(0),
                      request_id: str | None = None) -> AdmittedCall:
-    """Admit one ``tools/call`` of the task with token hash ``token_hash`` (or id
-    ``task_id``, a budget key's run). Raises :class:`~app.errors.GatewayError`: 401 for an
+    """Admit one ``tools/call`` to MCP server ``server`` of the task with token hash
+    ``token_hash`` (or id ``task_id``, a budget key's run). Raises :class:`~app.errors.GatewayError`: 401 for an
     unknown token, ``task_stopped`` for a stopped task or a stop this call trips (the
     latch is set first), 402 ``cost_limit`` for a price past the dollar ceiling, 503 when
     the database cannot answer."""
@@ -106,7 +107,8 @@ async def admit_call(pool: asyncpg.Pool, token_hash: str, call: ToolCall, conver
             except _Stop as stop:
                 async with conn.transaction():
                     task = await _locked(conn, token_hash, stop.task.id)
-                    reason, detail = stop.verdict.reason or "loop_detected", {**stop.verdict.detail, "mcp": True}
+                    reason = stop.verdict.reason or "loop_detected"
+                    detail = {**stop.verdict.detail, "mcp_server": server}
                     await task_rows.set_latch(conn, task.id, reason, detail, request_id=request_id)
                     await count_refusal(conn, task.id)
                 raise stop_refusal(task, reason, detail) from None
@@ -129,7 +131,7 @@ async def _take(conn: asyncpg.Connection, task: Task, call: ToolCall, conversati
         await conn.execute(_CHARGE, task.id, price_usd)
 
 
-async def record_result(pool: asyncpg.Pool, admitted: AdmittedCall, call: ToolCall, result: ToolResult,
+async def record_result(pool: asyncpg.Pool, admitted: AdmittedCall, server: str, call: ToolCall, result: ToolResult,
                         conversation_key: str, settings: Settings, *, request_id: str | None = None) -> Verdict:
     """Record the server's result of an admitted call and judge the conversation; a stop
     verdict sets the latch in the same transaction. Returns the verdict. Raises 503 when
@@ -143,5 +145,5 @@ async def record_result(pool: asyncpg.Pool, admitted: AdmittedCall, call: ToolCa
             verdict = await record_request(conn, task, guard, Policy(task, settings), request_id=request_id)
             if verdict.action is Action.STOP:
                 await task_rows.set_latch(conn, task.id, verdict.reason or "loop_detected",
-                                          {**verdict.detail, "mcp": True}, request_id=request_id)
+                                          {**verdict.detail, "mcp_server": server}, request_id=request_id)
     return verdict

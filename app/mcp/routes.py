@@ -135,7 +135,9 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
-async def _read_answer(client: httpx.AsyncClient, upstream: httpx.Request, max_bytes: int) -> tuple[httpx.Response, bytes]:
+async def _read_answer(client: httpx.AsyncClient, upstream: httpx.Request,
+                       max_bytes: int) -> tuple[httpx.Response, bytes]:
+    """The server's whole answer (raises ``httpx.DecodingError`` past ``max_bytes``)."""
     response = await client.send(upstream, stream=True)
     try:
         chunks, size = [], 0
@@ -160,7 +162,8 @@ async def _tool_call(request: Request, server: McpServer, hashed: str, message: 
     price = Decimal(str(settings_of_tool.price_usd)) if settings_of_tool and settings_of_tool.price_usd else Decimal(0)
     request_id = REQUEST_ID.get()
     try:
-        admitted = await admit_call(state.db, hashed, call, key, settings, price_usd=price, request_id=request_id)
+        admitted = await admit_call(state.db, hashed, server.name, call, key, settings, price_usd=price,
+                                    request_id=request_id)
     except GatewayError as err:
         events.MCP_CALL.emit(events.McpCall(server.name, tool, "refused"))
         return _refusal(err, message.id)
@@ -190,8 +193,8 @@ async def _tool_call(request: Request, server: McpServer, hashed: str, message: 
     if response.status_code == 200 and found is not None:
         text, is_error = jsonrpc.tool_result_text(found)
         try:
-            await record_result(state.db, admitted, call, ToolResult(call.call_id, text, is_error), key, settings,
-                                request_id=request_id)
+            await record_result(state.db, admitted, server.name, call, ToolResult(call.call_id, text, is_error),
+                                key, settings, request_id=request_id)
         except GatewayError as err:  # the database went away: nothing is released unjudged
             return _refusal(err, message.id)
         events.MCP_CALL.emit(events.McpCall(server.name, tool, "error" if is_error else "ok"))
