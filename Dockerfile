@@ -9,6 +9,7 @@ WORKDIR /srv/taskgate
 COPY pyproject.toml README.md ./
 COPY app ./app
 COPY migrations ./migrations
+COPY docs ./docs
 RUN pip install . && rm -rf /root/.cache
 
 USER taskgate

@@ -80,6 +80,27 @@ def counters_sentence(task: Task) -> str:
     return sentence
 
 
+#: The limit each limit stop names in its ``stop_detail``, and the task's field holding it now.
+_STOP_LIMITS = {"request_limit": "request_limit", "token_limit": "token_limit", "max_duration": "max_duration_s",
+                "cost_limit": "cost_limit_usd", "repeated_stalls": "max_stalls"}
+
+
+def limit_since_stop(task: Task, reason: str | None, detail: Mapping[str, Any] | None) -> str | None:
+    """``"3 when it stopped; 10 now"`` when the limit that stopped ``task`` was changed
+    since (the counters beside the sentence are against today's limit), else ``None``."""
+    name = _STOP_LIMITS.get(reason or "")
+    if name is None or not detail or detail.get(name) is None:
+        return None
+    then, now = detail[name], getattr(task, name, None)
+    if now is not None and Decimal(str(then)) == Decimal(str(now)):
+        return None
+    if name == "cost_limit_usd":
+        return f"{dollars(Decimal(str(then)))} when it stopped; " + (dollars(now) if now is not None else "none") + " now"
+    def number(v: Any) -> str:  # 120.0 -> 120
+        return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
+    return f"{number(then)} when it stopped; {'none' if now is None else number(now)} now"
+
+
 def explain_stop(reason: str | None, detail: Mapping[str, Any] | None) -> str | None:
     """One sentence saying why a task stopped, from its ``stop_reason`` and
     ``stop_detail``; ``None`` when there is nothing to add."""

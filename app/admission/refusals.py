@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import asyncpg
 
-from app.admission.limits import counters_sentence, explain_stop
+from app.admission.limits import counters_sentence, explain_stop, limit_since_stop
 from app.errors import GatewayError, task_stopped
 from app.task import Task
 
@@ -57,7 +57,10 @@ def stop_refusal(task: Task, reason: str | None = None,
     ``stop_detail``. Its counters are the task's as given."""
     if reason is None:
         reason, detail = task.stop_reason, task.stop_detail
-    return task_stopped(task.id, reason or "stopped", counters_sentence(task), explain_stop(reason, detail))
+    why = explain_stop(reason, detail)
+    if why is not None and (changed := limit_since_stop(task, reason, detail)) is not None:
+        why += f" ({changed})"  # the counters are against the limit as it is now
+    return task_stopped(task.id, reason or "stopped", counters_sentence(task), why)
 
 
 def stop_message(task: Task) -> str | None:

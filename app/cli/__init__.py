@@ -34,7 +34,8 @@ from app.cli.help import FullHelpGroup
 def main() -> None:
     """taskgate: an OpenAI- and Anthropic-compatible gateway that stops runaway agents.
 
-    Docs: README.md and docs/ (docs/cli.md for these commands)."""
+    Docs: taskgate docs lists the pages, shipped with taskgate (taskgate docs cli: these
+    commands)."""
 
 
 @main.command(short_help="Run the gateway.")
@@ -56,6 +57,8 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
 
     with startup.exit_on_error():
         settings = startup.load_settings()
+    for line in _unknown_variable_warnings():  # first: a misspelled setting explains what follows
+        click.echo(line, err=True)
     config = check_config(settings)
     report = _startup_report(settings, config)
     host = host or settings.host
@@ -87,9 +90,22 @@ def serve(host: str | None, port: int | None, workers: int, log_level: str) -> N
                   options=uvicorn_options(settings))
 
 
+def _unknown_variable_warnings() -> list[str]:
+    """One warning per ``TASKGATE_*`` name (environment or ``.env``) that is no setting,
+    with the closest known name (:mod:`app.cli.startup_report`)."""
+    from pathlib import Path
+
+    from app.cli import startup_report as sr
+    from app.settings import Settings
+
+    env_file = Path(".env") if Path(".env").is_file() else None
+    names = [*os.environ, *(sr.env_file_names(env_file) if env_file else [])]
+    return sr.warning_lines(sr.unknown_variables(names, sr.known_variables(Settings.model_fields)))
+
+
 def _startup_report(settings: object, config: object) -> list[str]:
-    """Warnings for unknown ``TASKGATE_*`` names, then where requests go and where the
-    configuration came from (:mod:`app.cli.startup_report`)."""
+    """Where requests go and where the configuration came from
+    (:mod:`app.cli.startup_report`)."""
     from pathlib import Path
 
     from app.cli import startup_report as sr
@@ -97,9 +113,7 @@ def _startup_report(settings: object, config: object) -> list[str]:
 
     known = sr.known_variables(Settings.model_fields)
     env_file = Path(".env") if Path(".env").is_file() else None
-    names = [*os.environ, *(sr.env_file_names(env_file) if env_file else [])]
-    lines = sr.warning_lines(sr.unknown_variables(names, known))
-    return [*lines, sr.providers_line(config),  # type: ignore[arg-type]
+    return [sr.providers_line(config),  # type: ignore[arg-type]
             sr.sources_line(os.environ, known, env_file.resolve() if env_file else None,
                             getattr(settings, "config", None))]
 
@@ -141,12 +155,14 @@ def upstream(ctx: click.Context) -> None:
 
 def _add_console_commands() -> None:
     from app.cli.budgets import budgets
+    from app.cli.docs import docs
     from app.cli.run import run
     from app.cli.tasks import tasks
 
     main.add_command(tasks)
     main.add_command(budgets)
     main.add_command(run)
+    main.add_command(docs)
 
 
 _add_console_commands()

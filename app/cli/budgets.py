@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from rich.table import Table
+from rich.table import Column, Table
 
 from app.admission.cost import dollars
 from app.cli import render
@@ -43,8 +43,8 @@ def _cost(spend: dict, limit: Any) -> str:
 
 
 def budgets_table(budgets: list[dict]) -> Table:
-    table = Table("id", "parent", "window", "requests", "tokens", "dollars", "resets at", box=None,
-                  header_style="bold")
+    table = Table(Column("id", no_wrap=True), "parent", "window", "requests", "tokens", "dollars", "resets at",
+                  box=None, header_style="bold")
     for b in budgets:
         cur = b["current"]
         table.add_row(b["id"], b.get("parent") or "", b.get("window") or "lifetime",
@@ -86,7 +86,7 @@ def budgets() -> None:
 def list_(api: AdminClient, as_json: bool, parent: str | None) -> None:
     """Budgets with their spend in the current window."""
     rows = api.request("GET", "/admin/budgets", params={"parent": parent} if parent else {})["data"]
-    render.print_json(rows) if as_json else render.out.print(budgets_table(rows))
+    render.print_json(rows) if as_json else render.print_wide(budgets_table(rows))
 
 
 @budgets.command()
@@ -156,7 +156,7 @@ def keys(api: AdminClient, as_json: bool, budget_id: str) -> None:
         table.add_row(k["id"], str(k["created_at"])[:19].replace("T", " "),
                       str(k.get("revoked_at") or "")[:19].replace("T", " "),
                       ", ".join(f"{name}={value}" for name, value in k["template"].items()))
-    render.out.print(table)
+    render.print_wide(table)
 
 
 @budgets.command("key-create")

@@ -53,10 +53,16 @@ def cost_cell(t: dict) -> str:
 PIPED_WIDTH = 160
 
 
-def print_tasks(tasks: list[dict]) -> None:
-    """The tasks list, at the terminal's width, else at :data:`PIPED_WIDTH`."""
+def print_wide(table: Table) -> None:
+    """A list (tasks, budgets) at the terminal's width, else at :data:`PIPED_WIDTH`: one
+    line a row for scripts and grep, not cells wrapped at 80 columns."""
     console = out if out.is_terminal else Console(highlight=False, soft_wrap=True, width=PIPED_WIDTH)
-    console.print(tasks_table(tasks))
+    console.print(table)
+
+
+def print_tasks(tasks: list[dict]) -> None:
+    """The tasks list (:func:`print_wide`)."""
+    print_wide(tasks_table(tasks))
 
 
 def tasks_table(tasks: list[dict]) -> Table:
@@ -99,9 +105,11 @@ def show_task(t: dict) -> None:
 
 
 def events_table(events: list[dict]) -> Table:
+    """The task's history numbered 1, 2, … as the dashboard numbers it (``--json`` keeps
+    each event's id)."""
     table = Table("#", "time", "kind", "reason", "what happened", box=None, header_style="bold")
-    for e in events:
-        table.add_row(str(e["id"]), str(e["created_at"])[:19].replace("T", " "), e["kind"],
+    for n, e in enumerate(events, 1):
+        table.add_row(str(n), str(e["created_at"])[:19].replace("T", " "), e["kind"],
                       e.get("reason") or "", e.get("message") or json.dumps(e.get("detail") or {}))
     return table
 
