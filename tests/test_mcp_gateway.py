@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
@@ -311,3 +312,24 @@ def test_tool_calls_are_counted_in_prometheus(mcp_gateway, mcp_admin):
     _raw(mcp_gateway, token, _tools_call("count", {}))
     text = httpx.get(mcp_gateway.url + "/metrics", timeout=10).text
     assert 'taskgate_mcp_calls_total{outcome="ok",server="fixture",tool="count"}' in text
+
+
+def test_a_budget_keys_tool_calls_land_on_its_runs_task(mcp_gateway, mcp_admin):
+    """A budget key names its run (x-taskgate-run) on /mcp as on /v1: both land on one task,
+    so one latch stops both; without a run named, /mcp refuses the key (400)."""
+    budget = f"team-{uuid.uuid4().hex[:6]}"
+    assert mcp_admin.http.post("/admin/budgets", json={"id": budget, "request_limit": 1000}).status_code == 201
+    key = mcp_admin.http.post(f"/admin/budgets/{budget}/keys", json={"template": {"request_limit": 50}}).json()["key"]
+    run = {"x-taskgate-run": f"run-{uuid.uuid4().hex[:6]}"}
+    model = openai.OpenAI(base_url=mcp_gateway.url + "/v1", api_key=key, max_retries=0, default_headers=run)
+    model.chat.completions.create(model="mock-model", messages=[{"role": "user", "content": "hi"}])
+    for i in range(5):
+        assert "result" in _raw(mcp_gateway, key, _tools_call("grep", {"pattern": "x"}, i), headers=run).json()
+    answer = _raw(mcp_gateway, key, _tools_call("grep", {"pattern": "x"}, 9), headers=run).json()
+    assert answer["error"]["data"]["code"] == "repeated_tool_call"
+    with pytest.raises(openai.BadRequestError, match="repeated_tool_call"):
+        model.chat.completions.create(model="mock-model", messages=[{"role": "user", "content": "hi"}])
+    tasks = mcp_admin.http.get("/admin/tasks", params={"budget": budget}).json()["data"]
+    assert len(tasks) == 1 and tasks[0]["tool_calls"] == 5 and tasks[0]["admitted_requests"] == 1
+    unnamed = _raw(mcp_gateway, key, _tools_call("grep", {"pattern": "x"}))
+    assert unnamed.status_code == 400 and "x-taskgate-run" in unnamed.json()["error"]["message"]

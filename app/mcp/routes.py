@@ -3,7 +3,8 @@ server (``mcp_servers:`` in ``TASKGATE_CONFIG``), with the agent's tool calls ad
 counted and loop-guarded on its task.
 
 Every request authenticates with the task token (``Authorization: Bearer``, as for model
-calls); in this order, before anything reaches the server: an unknown server is 404, a
+calls), or a budget key with its run named (``x-taskgate-run`` or a session header: the
+run's task, the same as its model calls'); in this order, before anything reaches the server: an unknown server is 404, a
 missing or unknown token 401, a body that is not one JSON-RPC 2.0 message 400, an
 ``Mcp-Method`` / ``Mcp-Name`` header that disagrees with the body 400.
 
@@ -34,6 +35,7 @@ import asyncio
 import hashlib
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 
 import httpx
@@ -45,6 +47,8 @@ from starlette.routing import Route
 from app import events
 from app.admission.tokens import token_hash
 from app.app_state import app_state
+from app.budgets import runs
+from app.budgets.keys import CONVERSATION_HEADER, RUN_HEADER, is_budget_key, run_id
 from app.config.schema import McpServer
 from app.errors import GatewayError
 from app.mcp import jsonrpc
@@ -78,7 +82,7 @@ def _json_rpc(status: int, message_id: jsonrpc.JsonRpcId, code: int, text: str,
 def _refusal(err: GatewayError, message_id: jsonrpc.JsonRpcId) -> Response:
     """A gateway refusal as MCP clients read it: a stop or a ceiling is a JSON-RPC error
     (HTTP 200, final); authentication and outages keep their HTTP status."""
-    if err.type == "task_stopped" or err.status in (400, 402, 409):
+    if err.type == "task_stopped" or err.code == "cost_limit":
         return _json_rpc(200, message_id, jsonrpc.TASK_STOPPED if err.type == "task_stopped" else
                          jsonrpc.INVALID_REQUEST, err.message, {"type": err.type, "code": err.code})
     return _json_rpc(err.status, message_id, jsonrpc.INVALID_REQUEST, err.message,
@@ -104,15 +108,36 @@ def _client_headers(response: httpx.Response) -> dict[str, str]:
     return {k: v for k, v in response.headers.items() if k.lower() not in _DROPPED_RESPONSE_HEADERS}
 
 
-async def _authenticated(request: Request) -> str:
-    """The task token's hash; 401 unless it is a known task's, 400 for a bad header."""
+@dataclass(frozen=True, slots=True)
+class _Caller:
+    """Who is calling: the task token's hash, or a budget key's run task (``task_id``)."""
+
+    token_hash: str
+    task_id: str | None = None
+
+
+async def _authenticated(request: Request) -> _Caller:
+    """The caller; 401 unless the token is a known task's or a live budget key's, 400 for
+    a bad header or a budget key whose request names no run."""
     headers = {k.lower(): v for k, v in request.headers.items()}
     token = token_from_headers(headers)
     check_headers(request.scope["headers"])
-    hashed = token_hash(token)
     state = app_state(request.app)
-    await require_known_token(state.db, state.known_tokens, hashed)
-    return hashed
+    if not is_budget_key(token):
+        hashed = token_hash(token)
+        await require_known_token(state.db, state.known_tokens, hashed)
+        return _Caller(hashed)
+    key = await runs.require_key(state.db, token)
+    naming = (RUN_HEADER, CONVERSATION_HEADER, *state.settings.session_headers)
+    if not any(headers.get(name, "").strip() for name in naming):  # a model call's run falls back
+        # to its first messages, which /mcp has none of
+        raise GatewayError(400, "invalid_request_error", "run_required",
+                           f"A budget key on /mcp needs the run named ({RUN_HEADER} or a session header), so "
+                           "that its tool calls land on the same task as its model calls. Nothing was forwarded.")
+    run = run_id(headers, state.settings.session_headers, "")
+    task_id = await runs.ensure_run_task(state.db, key, run, state.settings.default_request_limit,
+                                        REQUEST_ID.get())
+    return _Caller("", task_id)
 
 
 async def _relay(request: Request, server: McpServer, body: bytes | None) -> Response:
@@ -151,7 +176,7 @@ async def _read_answer(client: httpx.AsyncClient, upstream: httpx.Request,
         await response.aclose()
 
 
-async def _tool_call(request: Request, server: McpServer, hashed: str, message: jsonrpc.Message,
+async def _tool_call(request: Request, server: McpServer, caller: _Caller, message: jsonrpc.Message,
                      body: bytes) -> Response:
     state = app_state(request.app)
     settings = state.settings
@@ -162,8 +187,8 @@ async def _tool_call(request: Request, server: McpServer, hashed: str, message: 
     price = Decimal(str(settings_of_tool.price_usd)) if settings_of_tool and settings_of_tool.price_usd else Decimal(0)
     request_id = REQUEST_ID.get()
     try:
-        admitted = await admit_call(state.db, hashed, server.name, call, key, settings, price_usd=price,
-                                    request_id=request_id)
+        admitted = await admit_call(state.db, caller.token_hash, server.name, call, key, settings,
+                                    task_id=caller.task_id, price_usd=price, request_id=request_id)
     except GatewayError as err:
         events.MCP_CALL.emit(events.McpCall(server.name, tool, "refused"))
         return _refusal(err, message.id)
@@ -208,7 +233,7 @@ async def mcp_post(request: Request) -> Response:
     state = app_state(request.app)
     try:
         server = _server(request)
-        hashed = await _authenticated(request)
+        caller = await _authenticated(request)
         body = await read_body(request.stream(), request.headers.get("content-length"),
                                state.settings.max_body_bytes, state.settings.body_timeout_s)
     except GatewayError as err:
@@ -221,7 +246,7 @@ async def mcp_post(request: Request) -> Response:
     if mismatch is not None:
         return _json_rpc(400, message.id, jsonrpc.INVALID_REQUEST, f"{mismatch} Nothing was forwarded.")
     if message.is_request and message.method == "tools/call":
-        return await _tool_call(request, server, hashed, message, body)
+        return await _tool_call(request, server, caller, message, body)
     return await _relay(request, server, body)
 
 
