@@ -205,6 +205,9 @@ class McpCall:
     server: str
     tool: str
     outcome: str
+    #: The task the call was admitted on and its ledger id (``None``: refused before).
+    task_id: str | None = None
+    call_id: str | None = None
 
 
 LATCH_SET: Channel[LatchSet] = Channel("latch_set")

@@ -333,3 +333,23 @@ def test_a_budget_keys_tool_calls_land_on_its_runs_task(mcp_gateway, mcp_admin):
     assert len(tasks) == 1 and tasks[0]["tool_calls"] == 5 and tasks[0]["admitted_requests"] == 1
     unnamed = _raw(mcp_gateway, key, _tools_call("grep", {"pattern": "x"}))
     assert unnamed.status_code == 400 and "x-taskgate-run" in unnamed.json()["error"]["message"]
+
+
+def test_a_tool_call_is_an_execute_tool_span(database_url, upstream, mcp_server, time_server, tmp_path):
+    """OpenTelemetry: a tools/call is a span named ``execute_tool <tool>`` (GenAI conventions)."""
+    from tests.test_console_tracing import Receiver, attrs
+
+    receiver = Receiver()
+    config = tmp_path / "taskgate.yaml"
+    config.write_text(_CONFIG.format(upstream=upstream.base_url, mcp=mcp_server.url, down=free_port(),
+                                     time=time_server.url))
+    with GatewayProcess(database_url, upstream.base_url, TASKGATE_CONFIG=str(config), FIXTURE_SECRET="s",
+                        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url, OTEL_BSP_SCHEDULE_DELAY="100") as gw:
+        task_id, token = Admin(gw.url).create_task()
+        assert "result" in _raw(gw, token, _tools_call("count", {})).json()
+        (span,) = receiver.wait(lambda s: s.name == "execute_tool count")
+    receiver.server.shutdown()
+    a = attrs(span)
+    assert a["gen_ai.operation.name"] == "execute_tool" and a["gen_ai.tool.name"] == "count"
+    assert a["taskgate.mcp.server"] == "fixture" and a["taskgate.task.id"] == task_id
+    assert a["gen_ai.tool.call.id"].startswith("mcp:") and a["taskgate.verdict"] == "ok"

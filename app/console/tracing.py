@@ -13,6 +13,11 @@ admission to the client's last byte). Span events: ``gen_ai.tool.call`` for each
 seen in the response (``gen_ai.tool.name``), ``taskgate.stop`` when the task was stopped,
 ``taskgate.cut`` when the stream was cut.
 
+A ``tools/call`` through ``/mcp/<server>`` gets its own SERVER span, named
+``execute_tool {gen_ai.tool.name}``, with ``gen_ai.operation.name`` ``execute_tool``,
+``gen_ai.tool.name``, ``gen_ai.tool.call.id`` (the ledger's id), ``taskgate.mcp.server``,
+``taskgate.task.id`` and ``taskgate.verdict`` (``ok``, ``error``, ``refused``, ...).
+
 An incoming W3C ``traceparent`` continues the client's trace; the request forwarded
 upstream carries a ``traceparent`` naming the gateway's span (the middleware rewrites the
 header before the core forwards headers as sent). The spans are fed by the core's events
@@ -93,8 +98,8 @@ class TraceMiddleware:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST" or not scope["path"].startswith("/v1/") \
-                or _tracer is None:
+        if scope["type"] != "http" or scope.get("method") != "POST" \
+                or not scope["path"].startswith(("/v1/", "/mcp/")) or _tracer is None:
             await self.app(scope, receive, send)
             return
         from opentelemetry import trace
@@ -107,7 +112,7 @@ class TraceMiddleware:
         path = scope["path"]
         span = _tracer.start_span(f"POST {path}", context=parent, kind=trace.SpanKind.SERVER,
                                   attributes={"http.request.method": "POST", "url.path": path,
-                                              "gen_ai.operation.name": OPERATIONS.get(path, "chat")})
+                                              "gen_ai.operation.name": _operation(path)})
         out: dict[str, str] = {}
         propagator.inject(out, context=trace.set_span_in_context(span))
         headers = [(k, v) for k, v in scope["headers"] if k not in (b"traceparent", b"tracestate")]
@@ -132,6 +137,28 @@ class TraceMiddleware:
             if state.upstream is not None:
                 state.upstream.end()
             span.end()
+
+
+def _operation(path: str) -> str:
+    """gen_ai.operation.name of a traced path (an MCP message is a tool's execution)."""
+    return "execute_tool" if path.startswith("/mcp/") else OPERATIONS.get(path, "chat")
+
+
+def mcp_call(event: events.McpCall) -> None:
+    """The span of a ``tools/call`` through ``/mcp/<server>``: ``execute_tool {tool}``
+    (GenAI semantic conventions) with the tool, the call's ledger id and the outcome."""
+    state = _current.get()
+    if state is None:
+        return
+    span = state.span
+    span.update_name(f"execute_tool {event.tool}")
+    attrs: dict[str, Any] = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": event.tool,
+                             "taskgate.mcp.server": event.server, "taskgate.verdict": event.outcome}
+    if event.call_id is not None:
+        attrs["gen_ai.tool.call.id"] = event.call_id
+    if event.task_id is not None:
+        attrs["taskgate.task.id"] = event.task_id
+    span.set_attributes(attrs)
 
 
 def exchange_started(event: events.ExchangeStarted) -> None:
@@ -220,3 +247,4 @@ def subscribe() -> None:
     events.ADMISSION_DONE.subscribe(admission_done)
     events.GATEWAY_ANSWERED.subscribe(gateway_answered)
     events.LATCH_SET.subscribe(latch_set)
+    events.MCP_CALL.subscribe(mcp_call)

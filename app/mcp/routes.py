@@ -203,11 +203,11 @@ async def _tool_call(request: Request, server: McpServer, caller: _Caller, messa
         for pending in (answer, gone):
             pending.cancel()
     if not answer.done() or answer.cancelled():
-        events.MCP_CALL.emit(events.McpCall(server.name, tool, "client_closed"))
+        events.MCP_CALL.emit(events.McpCall(server.name, tool, "client_closed", admitted.task_id, call.call_id))
         return Response(status_code=499)
     if (failure := answer.exception()) is not None:
         outcome = "timeout" if isinstance(failure, TimeoutError) else "unreachable"
-        events.MCP_CALL.emit(events.McpCall(server.name, tool, outcome))
+        events.MCP_CALL.emit(events.McpCall(server.name, tool, outcome, admitted.task_id, call.call_id))
         why = (f"did not answer {tool!r} within {server.tool_timeout_s(tool):g} s" if outcome == "timeout"
                else f"could not be reached or failed ({type(failure).__name__})")
         return _json_rpc(200, message.id, jsonrpc.SERVER_UNAVAILABLE,
@@ -222,9 +222,10 @@ async def _tool_call(request: Request, server: McpServer, caller: _Caller, messa
                                 key, settings, request_id=request_id)
         except GatewayError as err:  # the database went away: nothing is released unjudged
             return _refusal(err, message.id)
-        events.MCP_CALL.emit(events.McpCall(server.name, tool, "error" if is_error else "ok"))
+        events.MCP_CALL.emit(events.McpCall(server.name, tool, "error" if is_error else "ok", admitted.task_id,
+                                            call.call_id))
     else:
-        events.MCP_CALL.emit(events.McpCall(server.name, tool, "no_result"))
+        events.MCP_CALL.emit(events.McpCall(server.name, tool, "no_result", admitted.task_id, call.call_id))
     return Response(content, response.status_code, _client_headers(response))
 
 
