@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from app.config import environment_config
+from app.config.schema import GatewayConfig
 from app.config.examples import EXAMPLES, example_for
 from app.config.loader import ConfigError, parse
 from app.config.schema import Price, Provider
@@ -250,3 +251,25 @@ def test_config_check_lists_every_problem_and_names_the_file_given(tmp_path: Pat
     path.write_text(DOC)
     ok = _check(str(path), OPENAI_API_KEY="k")
     assert ok.returncode == 0 and ok.stdout.startswith(f"{path}: OK, 3 providers, 4 models"), ok.stdout + ok.stderr
+
+
+def test_config_check_lists_the_mcp_servers(tmp_path: Path) -> None:
+    path = tmp_path / "taskgate.yaml"
+    path.write_text("providers:\n  main: {kind: openai, base_url: 'http://127.0.0.1:9/v1'}\n"
+                    "mcp_servers:\n  - name: git\n    url: http://127.0.0.1:9000/mcp\n"
+                    "    headers: {authorization: 'Bearer ${GIT_TOKEN:-t}'}\n"
+                    "    tools: {push: {price_usd: 0.01}}\n")
+    done = _check(str(path))
+    assert done.returncode == 0, done.stderr
+    assert "1 MCP servers" in done.stdout
+    assert "/mcp/git" in done.stdout and "http://127.0.0.1:9000/mcp" in done.stdout
+    assert "push (price_usd=0.01)" in done.stdout
+    assert "Bearer" not in done.stdout  # header names only, never their values
+
+
+def test_mcp_server_names_are_unique_and_urls_http() -> None:
+    base = {"providers": {"main": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1"}}}
+    with pytest.raises(ValueError, match="unique"):
+        GatewayConfig.model_validate({**base, "mcp_servers": [{"name": "a", "url": "http://x/mcp"}] * 2})
+    with pytest.raises(ValueError, match="http"):
+        GatewayConfig.model_validate({**base, "mcp_servers": [{"name": "a", "url": "ftp://x/mcp"}]})

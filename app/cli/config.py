@@ -70,8 +70,18 @@ def check(path: str | None) -> None:
         sys.exit(2)
     source = (f"{settings.config}{named}" if settings.config
               else "environment (TASKGATE_UPSTREAM_*, TASKGATE_ANTHROPIC_*)")
-    out.print(f"{source}: OK, {len(config.providers)} providers, {len(config.models)} models")
+    mcp = f", {len(config.mcp_servers)} MCP servers" if config.mcp_servers else ""
+    out.print(f"{source}: OK, {len(config.providers)} providers, {len(config.models)} models{mcp}")
     table = Table(*COLUMNS, box=None, header_style="bold")
     for row in routing_table(config):
         table.add_row(*(row[c] for c in COLUMNS))
-    Console(highlight=False, width=max(out.width, 160)).print(table)  # read whole, not truncated
+    wide = Console(highlight=False, width=max(out.width, 160))  # read whole, not truncated
+    wide.print(table)
+    if config.mcp_servers:
+        servers = Table("mcp server", "url", "headers", "timeout_s", "tools", box=None, header_style="bold")
+        for server in config.mcp_servers:
+            tools = ", ".join(f"{name} ({', '.join(f'{k}={v:g}' for k, v in t.model_dump(exclude_none=True).items())})"
+                              for name, t in server.tools.items())
+            servers.add_row(f"/mcp/{server.name}", server.url, ", ".join(sorted(server.headers)) or "-",
+                            f"{server.timeout_s:g}", tools or "-")
+        wide.print(servers)
