@@ -173,6 +173,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         default=32 * 1024 * 1024, description="Largest request body accepted (413 above)."
     )
+    mcp_max_answer_bytes: int = Field(
+        default=32 * 1024 * 1024, ge=1024,
+        description="Largest answer to a tools/call read from an MCP server (it is judged before it is "
+        "released); a larger one is a JSON-RPC error to the client, the call counted (app/mcp/routes.py).",
+    )
 
     # --- client-facing hardening (app/proxy/endpoints.py, inbound.py, server.py) --
     extra_endpoints: str = Field(

@@ -69,7 +69,7 @@ def mcp_gateway(database_url: str, upstream, mcp_server: McpFixture, time_server
     config.write_text(_CONFIG.format(upstream=upstream.base_url, mcp=mcp_server.url, down=free_port(),
                                      time=time_server.url))
     with GatewayProcess(database_url, upstream.base_url, TASKGATE_CONFIG=str(config),
-                        FIXTURE_SECRET="server-only") as gw:
+                        FIXTURE_SECRET="server-only", TASKGATE_MCP_MAX_ANSWER_BYTES="2000000") as gw:
         yield gw
 
 
@@ -353,3 +353,18 @@ def test_a_tool_call_is_an_execute_tool_span(database_url, upstream, mcp_server,
     assert a["gen_ai.operation.name"] == "execute_tool" and a["gen_ai.tool.name"] == "count"
     assert a["taskgate.mcp.server"] == "fixture" and a["taskgate.task.id"] == task_id
     assert a["gen_ai.tool.call.id"].startswith("mcp:") and a["taskgate.verdict"] == "ok"
+
+
+def test_a_huge_result_is_judged_off_the_loop_and_bounded(mcp_gateway, mcp_admin):
+    """An 800 K-character result (1.6 MB with its structured copy) passes (fingerprinted in a worker thread while /healthz answers); an
+    answer over TASKGATE_MCP_MAX_ANSWER_BYTES (2 MB here) is a JSON-RPC error, the call counted."""
+    task_id, token = mcp_admin.create_task()
+    with ThreadPoolExecutor(1) as pool:
+        big = pool.submit(_raw, mcp_gateway, token, _tools_call("big", {"chars": 800_000}))
+        health = httpx.get(mcp_gateway.url + "/healthz", timeout=30)
+        assert health.status_code == 200 and health.elapsed.total_seconds() < 1.0
+        answer = big.result(timeout=60)
+    assert answer.status_code == 200 and len(answer.json()["result"]["content"][0]["text"]) == 800_000
+    over = _raw(mcp_gateway, token, _tools_call("big", {"chars": 3_000_000}, 2)).json()
+    assert over["error"]["code"] == -32002 and "more than 2000000 bytes" in over["error"]["message"]
+    assert mcp_admin.task(task_id)["tool_calls"] == 2

@@ -4,13 +4,14 @@ counted and loop-guarded on its task.
 
 Every request authenticates with the task token (``Authorization: Bearer``, as for model
 calls), or a budget key with its run named (``x-taskgate-run`` or a session header: the
-run's task, the same as its model calls'); in this order, before anything reaches the server: an unknown server is 404, a
-missing or unknown token 401, a body that is not one JSON-RPC 2.0 message 400, an
-``Mcp-Method`` / ``Mcp-Name`` header that disagrees with the body 400.
+run's task, the same as its model calls'); in this order, before anything reaches the
+server: an unknown server is 404, a missing or unknown token 401, a body that is not one
+JSON-RPC 2.0 message 400, an ``Mcp-Method`` / ``Mcp-Name`` header that disagrees with the
+body 400.
 
 - ``tools/call``: admitted (:func:`app.mcp.admission.admit_call`), forwarded, the server's
-  answer read whole (bounded by ``TASKGATE_MAX_BODY_BYTES``, within the tool's timeout),
-  its result recorded and judged (:func:`app.mcp.admission.record_result`), and only then
+  answer read whole (bounded by ``TASKGATE_MCP_MAX_ANSWER_BYTES``, within the tool's
+  timeout), its result recorded and judged (:func:`app.mcp.admission.record_result`), and only then
   the answer is released, byte for byte as the server sent it. A refused call is a
   JSON-RPC error (HTTP 200, code :data:`~app.mcp.jsonrpc.TASK_STOPPED`, the stop sentence
   model calls get, ``data.type`` ``task_stopped`` and ``data.code`` the reason); a server
@@ -160,16 +161,20 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
+class AnswerTooLarge(Exception):
+    """A server's answer to a ``tools/call`` passed ``TASKGATE_MCP_MAX_ANSWER_BYTES``."""
+
+
 async def _read_answer(client: httpx.AsyncClient, upstream: httpx.Request,
                        max_bytes: int) -> tuple[httpx.Response, bytes]:
-    """The server's whole answer (raises ``httpx.DecodingError`` past ``max_bytes``)."""
+    """The server's whole answer (raises :class:`AnswerTooLarge` past ``max_bytes``)."""
     response = await client.send(upstream, stream=True)
     try:
         chunks, size = [], 0
         async for chunk in response.aiter_raw():
             size += len(chunk)
             if size > max_bytes:
-                raise httpx.DecodingError(f"answer over {max_bytes} bytes")
+                raise AnswerTooLarge(max_bytes)
             chunks.append(chunk)
         return response, b"".join(chunks)
     finally:
@@ -195,7 +200,7 @@ async def _tool_call(request: Request, server: McpServer, caller: _Caller, messa
     upstream = state.mcp_client.build_request("POST", server.url, headers=_upstream_headers(request, server),
                                               content=body)
     answer = asyncio.ensure_future(asyncio.wait_for(
-        _read_answer(state.mcp_client, upstream, settings.max_body_bytes), server.tool_timeout_s(tool)))
+        _read_answer(state.mcp_client, upstream, settings.mcp_max_answer_bytes), server.tool_timeout_s(tool)))
     gone = asyncio.ensure_future(_until_disconnected(request))
     try:
         await asyncio.wait({answer, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -209,7 +214,8 @@ async def _tool_call(request: Request, server: McpServer, caller: _Caller, messa
         outcome = "timeout" if isinstance(failure, TimeoutError) else "unreachable"
         events.MCP_CALL.emit(events.McpCall(server.name, tool, outcome, admitted.task_id, call.call_id))
         why = (f"did not answer {tool!r} within {server.tool_timeout_s(tool):g} s" if outcome == "timeout"
-               else f"could not be reached or failed ({type(failure).__name__})")
+               else f"answered {tool!r} with more than {settings.mcp_max_answer_bytes} bytes"
+               if isinstance(failure, AnswerTooLarge) else f"could not be reached or failed ({type(failure).__name__})")
         return _json_rpc(200, message.id, jsonrpc.SERVER_UNAVAILABLE,
                          f"MCP server {server.name!r} {why}. The call was counted; it has no result.",
                          {"type": "mcp_server_unavailable", "server": server.name})
