@@ -170,14 +170,9 @@ class Settings(BaseSettings):
     budget_lease_s: float = Field(60.0, gt=0, allow_inf_nan=False, description="Seconds an escrow lease lives.")
     budget_lease_requests: int = Field(default=256, ge=1, description="Most requests one escrow lease take grants.")
     # --- requests ---------------------------------------------------------------
-    max_body_bytes: int = Field(
-        default=32 * 1024 * 1024, description="Largest request body accepted (413 above)."
-    )
-    mcp_max_answer_bytes: int = Field(
-        default=32 * 1024 * 1024, ge=1024,
-        description="Largest answer to a tools/call read from an MCP server (it is judged before it is "
-        "released); a larger one is a JSON-RPC error to the client, the call counted (app/mcp/routes.py).",
-    )
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, description="Largest request body accepted (413 above).")
+    mcp_max_answer_bytes: int = Field(default=32 * 1024 * 1024, ge=1024, description="Largest answer to an MCP "
+                                      "tools/call read (judged before release): app/mcp/routes.py.")
 
     # --- client-facing hardening (app/proxy/endpoints.py, inbound.py, server.py) --
     extra_endpoints: str = Field(
