@@ -1,7 +1,7 @@
 """The second-generation rules as pure functions: empty-result streaks and the
 conversation tool-call ceiling (app.guard.detector), conversation ceilings and repeated
-answers (app.guard.conversation_rules), repeated output in one answer
-(app.guard.repeated_output); and the healthy shapes that must never trip them."""
+answers (app.guard.conversation_rules); and the healthy shapes that must never trip them.
+Repeated output in one answer: tests/test_repeated_output.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ import random
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from app.guard.conversation_rules import (
     ConversationLimits,
@@ -22,7 +20,6 @@ from app.guard.conversation_rules import (
 from app.guard.detector import OK, Action, CallRecord, Thresholds, detect, explain
 from app.guard.fingerprint import DEFAULT_EMPTY_PATTERNS, arguments_hash, is_empty_result, result_hash
 from app.guard.normalize import DEFAULT as NORMALIZE
-from app.guard.repeated_output import CHUNK_CHARS, REPEATS, OutputMonitor
 
 _ids = itertools.count()
 EMPTY = "repeated_empty_result"
@@ -157,142 +154,12 @@ def test_repeated_response_threshold() -> None:
                                     "repeated_response", "repeated_output"])
 def test_every_new_reason_is_explained(reason: str) -> None:
     detail = {"tool_name": "grep", "count": 12, "threshold": 12, "conversation_key": "h:abc",
-              "elapsed_s": 61.0, "chunk_chars": 50, "average_gap_chars": 47.0}
+              "elapsed_s": 61.0, "passage_words": 10, "passage": "I cannot find the file", "average_gap_words": 5.0}
     sentence = explain(reason, detail)
     assert sentence and "None" not in sentence
     if reason.startswith("conversation"):
         assert "h:abc" in sentence
     assert explain_conversation("request_limit", detail) is None
-
-
-# ------------------------------------------------------------ repeated output in one answer
-
-def feed_all(text: str, step: int = 7) -> OutputMonitor:
-    m = OutputMonitor()
-    for i in range(0, len(text), step):
-        if m.feed(text[i:i + step]):
-            break
-    return m
-
-
-CHANTING = {
-    "phrase": "Let me check the configuration file once more. " * 30,
-    "line": "I cannot find the file.\n" * 30,
-    "long_phrase": ("This is a longer sentence of about two hundred characters that the model keeps "
-                    "emitting again and again without noticing that it has already said exactly the "
-                    "same thing before, twice. ") * 12,
-    "no_newline_run": "na" * 400,
-}
-HEALTHY = {
-    "table": "| file | status | note |\n|---|---|---|\n" + "| a.py | ok | nothing changed in this file |\n" * 60,
-    "code": "```python\n" + '    print("=" * 50)  # the same separator line again\n' * 60 + "```\nDone.\n",
-    "indented_code": "Here:\n\n" + "    assert value == expected, 'the values differ here'\n" * 60,
-    "list": "".join(f"- item {i}: the configuration value is unchanged\n" for i in range(60)),
-    "short_phrase_in_prose": " ".join(f"File {i} was updated with the new header." for i in range(80)),
-    "prose": " ".join(random.Random(1).choices(["the", "model", "reads", "a", "file", "and", "then", "writes",
-                                                "tests", "for", "it"], k=3000)),
-    "whitespace": "x" + " " * 2000 + "y",
-}
-
-
-@pytest.mark.parametrize("name", list(CHANTING))
-def test_chanting_is_detected(name: str) -> None:
-    m = feed_all(CHANTING[name])
-    assert m.detected, name
-    assert m.detail["count"] >= REPEATS and m.detail["average_gap_chars"] <= 250
-
-
-@pytest.mark.parametrize("name", list(HEALTHY))
-def test_healthy_answers_are_not_chanting(name: str) -> None:
-    assert not feed_all(HEALTHY[name]).detected
-
-
-def test_detection_is_quick_and_the_monitor_can_be_off() -> None:
-    text = CHANTING["phrase"]
-    m = OutputMonitor()
-    at = next(i for i in range(len(text)) if m.feed(text[i]))
-    assert at < CHUNK_CHARS + REPEATS * 48  # within about ten repeats of a 48-character phrase
-    off = OutputMonitor(analyse=False)
-    assert not off.feed(text) and off.text_sha256() is not None
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.sampled_from(sorted({**CHANTING, **HEALTHY})), st.lists(st.integers(1, 97), min_size=1, max_size=50))
-def test_how_the_answer_is_split_into_deltas_does_not_matter(name: str, cuts: list[int]) -> None:
-    text = {**CHANTING, **HEALTHY}[name]
-    whole, pieces = OutputMonitor(), OutputMonitor()
-    whole.feed(text)
-    i = 0
-    for n in itertools.cycle(cuts):
-        if i >= len(text):
-            break
-        pieces.feed(text[i:i + n])
-        i += n
-    assert pieces.detected == whole.detected == (name in CHANTING)
-    assert OutputMonitor(analyse=False).text_sha256() is None
-
-
-class ReferenceMonitor(OutputMonitor):
-    """The rule as first written: every window in a dict, one character at a time.
-    Slow and obviously right; the fast monitor must agree with it exactly."""
-
-    def _reset(self) -> None:
-        self._window, self._seen = "", {}
-        self._pos = getattr(self, "_pos", 0)
-
-    def _analyse(self, text: str) -> bool:
-        for ch in text:
-            self._pos += 1
-            self._window = (self._window + ch)[-CHUNK_CHARS:]
-            if len(self._window) < CHUNK_CHARS:
-                continue
-            hits = [p for p in self._seen.get(self._window, []) if p > self._pos - 2300] + [self._pos]
-            self._seen[self._window] = hits
-            if len(hits) >= REPEATS and (hits[-1] - hits[-REPEATS]) / (REPEATS - 1) <= 250 \
-                    and not self._window.isspace():
-                self.detected = True
-                self.detail = {"chunk_chars": CHUNK_CHARS, "count": len(hits),
-                               "average_gap_chars": round((hits[-1] - hits[-REPEATS]) / (REPEATS - 1), 1),
-                               "threshold": REPEATS, "max_average_gap_chars": 250}
-                return True
-        return False
-
-
-PHRASES = ["Let me look at the file again. ", "ab", "abab abab ", "x" * 60, "\n", "  ", "the model said ",
-           "- item\n", "```\n", "| row |\n", "Checking the configuration once more before I continue. "]
-
-
-def near_misses(gaps: list[int], seed: int) -> str:
-    """A 52-character sentence again and again, with fresh filler between its
-    repeats: average gaps on both sides of the threshold."""
-    rnd = random.Random(seed)
-    return "".join("The build failed again, so I will run it once more. "
-                   + "".join(rnd.choices("abcdefgh ", k=gap)) for gap in gaps)
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.one_of(st.lists(st.sampled_from(PHRASES), max_size=400).map("".join),
-                 st.builds(near_misses, st.lists(st.integers(150, 240), min_size=9, max_size=16), st.integers())),
-       st.lists(st.integers(1, 70), min_size=1, max_size=20))
-def test_the_fast_monitor_agrees_with_the_reference_exactly(text: str, cuts: list[int]) -> None:
-    fast, slow = OutputMonitor(), ReferenceMonitor()
-    slow._reset()
-    i = 0
-    for n in itertools.cycle(cuts):
-        if i >= len(text):
-            break
-        piece = text[i:i + n]
-        assert fast.feed(piece) == slow.feed(piece), i
-        i += n
-    assert (fast.detected, fast.detail) == (slow.detected, slow.detail)
-
-
-def test_text_hash_covers_the_whole_answer() -> None:
-    a, b = OutputMonitor(analyse=False), OutputMonitor(analyse=False)
-    a.feed("Hello, ")
-    a.feed("world.")
-    b.feed("Hello, world.")
-    assert a.text_sha256() == b.text_sha256() is not None
 
 
 def test_refusal_log_lines_are_rate_limited_per_task() -> None:

@@ -105,3 +105,60 @@ def test_non_streamed_requests_have_a_per_task_timeout_counted_as_a_stall(gatewa
     task = wait_for_stop(admin, task_id)
     assert task["stop_reason"] == "repeated_stalls" and task["stalls"] == 2
     assert [e["kind"] for e in admin.events(task_id)].count("upstream_timeout") == 2
+
+
+# ------------------------------------------------------------ what the next request reads (issue 34)
+
+#: What the scripted chant repeated, as the stop sentence names it (the same however split).
+REPEATED = ('a 10-word passage ("Let me check the configuration file once more Let me") came 10 times, '
+            'on average every 8.0 words')
+
+
+def refusal_prefix(task_id: str, why: str) -> str:
+    return f"Task '{task_id}' is stopped (repeated_output: {why}). Counters: "
+
+
+def test_the_refusal_after_a_cut_stream_says_the_stream_was_cut(gateway, admin, upstream):
+    task_id, token = admin.create_task()
+    upstream.script("chant", repeats=60, chunks=60, chunk_delay_s=0.01)
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
+    with pytest.raises(openai.APIError):
+        for _ in client.chat.completions.create(model="mock-model", messages=USER, stream=True):
+            pass
+    assert wait_for_stop(admin, task_id)["stop_detail"]["delivered"] == "cut"
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model="mock-model", messages=USER)
+    why = f"the model kept repeating itself inside one streamed answer: {REPEATED}; taskgate cut the stream"
+    assert exc.value.body["message"].startswith(refusal_prefix(task_id, why))
+
+
+def test_the_refusal_after_a_non_streamed_repeating_answer_says_it_was_delivered_whole(gateway, admin, upstream):
+    task_id, token = admin.create_task()
+    upstream.script("chant", repeats=60)
+    client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
+    assert client.chat.completions.create(model="mock-model", messages=USER).choices[0].message.content
+    assert wait_for_stop(admin, task_id)["stop_detail"]["delivered"] == "whole"
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model="mock-model", messages=USER)
+    message = exc.value.body["message"]
+    why = (f"the model kept repeating itself inside one answer, which was not streamed: {REPEATED}; "
+           "the answer was delivered whole and the task was stopped after it")
+    assert message.startswith(refusal_prefix(task_id, why))
+    assert "streamed answer" not in message and "cut" not in message  # nothing was streamed or cut
+    assert admin.task(task_id)["stop_message"] == message  # the operator reads what the agent read
+
+
+def test_the_refusal_after_a_stream_that_arrived_whole_says_it_was_not_cut(gateway, admin, upstream):
+    task_id, token = admin.create_task()
+    upstream.script("chant", repeats=60, chunks=60)  # one write: relayed whole before it is read
+    client = anthropic.Anthropic(base_url=gateway.url, api_key=token, max_retries=0)
+    with client.messages.stream(model="mock-model", max_tokens=100, messages=USER) as s:
+        assert s.get_final_message().content[0].text.count("once more") == 60
+    assert wait_for_stop(admin, task_id)["stop_detail"]["delivered"] == "streamed"
+    with pytest.raises(anthropic.APIStatusError) as exc:
+        client.messages.create(model="mock-model", max_tokens=100, messages=USER)
+    assert exc.value.status_code == 409
+    why = (f"the model kept repeating itself inside one streamed answer: {REPEATED}; the stream had ended "
+           "before taskgate read the repetition, so the answer reached the client whole and the task was "
+           "stopped after it")
+    assert exc.value.body["error"]["message"].startswith(refusal_prefix(task_id, why))

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from app.guard.repeated_output import DELIVERED_CUT, DELIVERED_STREAMED, DELIVERED_WHOLE
+
 DEFAULT_RESPONSE_REPEATS = 5
 
 REASON_CONVERSATION_REQUEST_LIMIT = "conversation_request_limit"
@@ -125,7 +127,32 @@ def explain_conversation(reason: str | None, d: Mapping[str, Any]) -> str | None
         return (f"the model gave the same answer without tool calls {d.get('count')} times in a row"
                 f"{conv} (threshold {d.get('threshold')})")
     if reason == REASON_REPEATED_OUTPUT:
-        return (f"the model kept repeating itself inside one streamed answer: a "
-                f"{d.get('chunk_chars')}-character passage came {d.get('count')} times, on average every "
-                f"{d.get('average_gap_chars')} characters; taskgate cut the stream")
+        return repeated_output_sentence(d)
     return None
+
+
+def repeated_output_sentence(d: Mapping[str, Any]) -> str:
+    """What happened to an answer that kept repeating itself, from its ``stop_detail``
+    (:class:`app.guard.repeated_output.OutputMonitor`'s evidence): what it repeated, and
+    how it reached the client (``delivered``): streamed and cut, streamed whole before
+    the repetition was read, or not streamed and delivered whole (the task stopped after
+    it). A stop recorded before repetition was counted in words (issue 34) has
+    ``chunk_chars`` instead of ``passage_words`` and no ``delivered``."""
+    if d.get("passage_words") is not None:
+        quoted = f' ("{d["passage"]}")' if d.get("passage") else ""
+        what = (f"a {d['passage_words']}-word passage{quoted} came {d.get('count')} times, on average every "
+                f"{d.get('average_gap_words')} words")
+    else:
+        what = (f"a {d.get('chunk_chars')}-character passage came {d.get('count')} times, on average every "
+                f"{d.get('average_gap_chars')} characters")
+    delivered = d.get("delivered")
+    if delivered == DELIVERED_CUT:
+        return f"the model kept repeating itself inside one streamed answer: {what}; taskgate cut the stream"
+    if delivered == DELIVERED_STREAMED:
+        return (f"the model kept repeating itself inside one streamed answer: {what}; the stream had ended "
+                f"before taskgate read the repetition, so the answer reached the client whole and the task "
+                f"was stopped after it")
+    if delivered == DELIVERED_WHOLE:
+        return (f"the model kept repeating itself inside one answer, which was not streamed: {what}; the "
+                f"answer was delivered whole and the task was stopped after it")
+    return f"the model kept repeating itself inside one answer: {what}"

@@ -53,7 +53,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.errors import GatewayError, render_error, wire_status
-from app.guard.repeated_output import OutputMonitor
+from app.guard.repeated_output import DELIVERED_WHOLE, OutputMonitor
 from app.proxy.open_requests import OpenRequests
 from app.proxy.outcome import Outcome, Watchdog
 from app.proxy.redact import Redactor
@@ -273,7 +273,7 @@ class RelayResponse(Response):
             except ValueError:
                 pass
             else:
-                watch_text(self.monitor, self.outcome, self.fmt.response_text(parsed))
+                watch_text(self.monitor, self.outcome, self.fmt.response_text(parsed), DELIVERED_WHOLE)
                 if self.monitor is not None:
                     self.outcome.summary.text_sha256 = self.monitor.text_sha256()
         self.outcome.summary.terminal_seen = True

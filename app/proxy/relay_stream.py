@@ -17,7 +17,7 @@ import httpx
 from starlette.types import Send
 
 from app.errors import GatewayError
-from app.guard.repeated_output import OutputMonitor
+from app.guard.repeated_output import DELIVERED_CUT, DELIVERED_STREAMED, OutputMonitor
 from app.proxy.outcome import Outcome, Watchdog
 from app.proxy.read_deadline import ReadDeadline
 from app.proxy.redact import Redactor
@@ -41,14 +41,16 @@ Events = list[tuple[str, str]]
 _CONTENT = EventKind.CONTENT
 
 
-def watch_text(monitor: OutputMonitor | None, outcome: Outcome, text: str) -> bool:
+def watch_text(monitor: OutputMonitor | None, outcome: Outcome, text: str,
+               delivered: str = DELIVERED_STREAMED) -> bool:
     """Feed answer text to ``monitor``; ``True`` (and the evidence in the outcome's
-    ``repeated_output`` detail) when the answer is repeating itself."""
+    ``repeated_output`` detail, with ``delivered``: how the answer reaches the client,
+    see :data:`app.guard.repeated_output.DELIVERED_CUT`) when the answer is repeating itself."""
     if monitor is None or not text:
         return False
     detected = monitor.feed(text)
     if detected:
-        outcome.detail["repeated_output"] = monitor.detail
+        outcome.detail["repeated_output"] = {**monitor.detail, "delivered": delivered}
     return detected
 
 
@@ -122,6 +124,7 @@ class StreamRelay:
             watch.deadline = progress.deadline
             if repeating and progress.ended_at is None:  # an answer already relayed whole is not cut
                 end = REPEATED_OUTPUT
+                self.outcome.detail["repeated_output"]["delivered"] = DELIVERED_CUT
                 break
         await self._end(send, upstream, end)
 
