@@ -151,11 +151,7 @@ def test_budget_page_windows_tasks_children_and_links(gateway, admin, fleet):
               == ["bulk-100"], "the last nested budget")
         assert _css(driver, "#budgets-next-page").get_attribute("disabled") is not None
         assert console_errors(driver) == []
-        _only_local_resources(driver, gateway.url)
-        if os.environ.get("TASKGATE_UPDATE_SCREENSHOTS"):
-            driver.get(gateway.url + "/ui/#/budget/org")
-            _wait(driver, lambda d: "41" in _css(d, "#windows").text, "the past window")
-            driver.save_screenshot(str(DOCS / "dashboard-budget.png"))
+        _only_local_resources(driver, gateway.url)  # docs/dashboard-budget.png: tests/test_dashboard_first_hour.py
 
 
 def test_unknown_fields_are_shown_and_missing_ones_are_not_nulls(gateway, fleet):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from typing import Iterator
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import openai
@@ -38,7 +37,6 @@ def admin(gateway) -> Admin:
     return Admin(gateway.url)
 
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
 WAIT_S = 15
 
 
@@ -145,12 +143,7 @@ def test_dashboard_list_task_stop_resume_limits(gateway, admin, tasks, tmp_path)
         _wait(driver, lambda d: len(_all(d, "#tool-calls tr")) >= 6, "the ledger rows")
         assert "stop" in _css(driver, "#conversations").text
         driver.save_screenshot(str(tmp_path / "task.png"))
-        if os.environ.get("TASKGATE_UPDATE_SCREENSHOTS"):
-            DOCS.mkdir(exist_ok=True)
-            driver.save_screenshot(str(DOCS / "dashboard-task.png"))
-            driver.get(gateway.url + "/ui/#/tasks")
-            _wait(driver, lambda d: _css(d, f'tr[data-task="{looped}"]'), "the list")
-            driver.save_screenshot(str(DOCS / "dashboard.png"))
+        # docs/dashboard.png: tests/test_dashboard_first_hour.py; dashboard-task.png: test_console_overview.py
     assert (tmp_path / "tasks.png").stat().st_size > 10_000
 
 

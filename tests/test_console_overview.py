@@ -125,9 +125,7 @@ def test_overview_and_task_pages_render_real_data(gateway, admin, fleet):
         assert _all(driver, f'#top-cost tr[data-task="{spender}"]')
         assert "gpt-4o-mini" in _css(driver, "#chart-requests").text  # the legend
         _only_local_resources(driver, gateway.url)
-        assert console_errors(driver) == []
-        if os.environ.get("TASKGATE_UPDATE_SCREENSHOTS"):
-            driver.save_screenshot(str(DOCS / "dashboard-overview.png"))
+        assert console_errors(driver) == []  # docs/dashboard-overview.png: tests/test_dashboard_first_hour.py
         # the looped task: requests, and the streak that stopped it marked in the ledger
         driver.get(f"{gateway.url}/ui/#/task/{looped}")
         _wait(driver, lambda d: len(_all(d, "#requests tbody tr")) == 5, "the request timeline")

@@ -7,7 +7,9 @@
 per bucket and reason (``task_events``), the top tasks of the period by dollars and by
 requests, and the tasks stopped in the period with the sentence their requests get. Times
 are UTC; ``step`` is in seconds; at most :data:`MAX_BUCKETS` buckets (a smaller step is
-raised to fit); a period that ends before it starts has no buckets.
+raised to fit); a period that ends before it starts has no buckets. ``fit=true`` starts the
+period at its first request or stop (within :data:`FIT_LOOKBACK` when ``since`` is not
+given), so fresh data fills the charts instead of a spike at the right edge (:func:`fitted`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ TOP_TASKS = 10
 STOPPED_SHOWN = 50
 #: Default number of buckets when ``step`` is not given.
 DEFAULT_BUCKETS = 60
+#: ``fit=true`` without ``since`` looks this far back for the first request or stop.
+FIT_LOOKBACK = timedelta(days=7)
+#: A fitted period spans at least this long (a first request a second ago is not a 1 s chart).
+FIT_MIN = timedelta(minutes=1)
 
 _SERIES = """
 SELECT floor(extract(epoch FROM finished_at - $1) / $3)::int AS bucket, coalesce(model, '') AS model,
@@ -54,6 +60,11 @@ WITH per_task AS (
 (SELECT 'cost' AS list, * FROM per_task ORDER BY cost DESC, requests DESC, task_id LIMIT $3)
 UNION ALL
 (SELECT 'requests' AS list, * FROM per_task ORDER BY requests DESC, cost DESC, task_id LIMIT $3)
+"""
+#: The period's first request or stop (``least`` skips a NULL); both read one index.
+_FIRST = """
+SELECT least((SELECT min(finished_at) FROM request_log WHERE finished_at >= $1 AND finished_at < $2),
+             (SELECT min(created_at) FROM task_events WHERE kind = 'stopped' AND created_at >= $1 AND created_at < $2))
 """
 _STOPPED = ("SELECT * FROM tasks WHERE stopped_at >= $1 AND stopped_at < $2"
             " ORDER BY stopped_at DESC LIMIT $3")
@@ -167,6 +178,19 @@ def period(since: datetime | None, until: datetime | None, step: int | None,
     return since, until, step, math.ceil(span / step)
 
 
+def fitted(until: datetime, first: datetime | None) -> datetime | None:
+    """The start of a period fitted to its data (pure): a twentieth of the span before its
+    first request or stop ``first`` (so the first point is off the left edge), the span at
+    least :data:`FIT_MIN`; ``None`` when there is no data (the default period applies)."""
+    if first is None:
+        return None
+    span = max(until - first, FIT_MIN)
+    try:
+        return until - span * 21 / 20
+    except OverflowError:  # a period reaching back to year 1
+        return first
+
+
 def _fold(rows: list, key: str, value: str, n: int, keep: set[str] | None) -> dict[str, list]:
     out: dict[str, list] = defaultdict(lambda: [0] * n)
     for r in rows:
@@ -183,12 +207,21 @@ async def stats(request: Request,
                 until: Annotated[datetime | None, BeforeValidator(_iso_date_time), Query(
                     description="End (ISO 8601); default now.")] = None,
                 step: int | None = Query(None, ge=1, le=INT8_MAX, description=(
-                    f"Bucket width, seconds; raised to fit at most {MAX_BUCKETS} buckets."))
+                    f"Bucket width, seconds; raised to fit at most {MAX_BUCKETS} buckets.")),
+                fit: bool = Query(False, description=(
+                    "Start the period just before its first request or stop (looked for from since, "
+                    "default 7 days before until), at least a minute long; no data: the default period."))
                 ) -> Stats:
     """Requests, tokens, dollars and stops over time for the whole fleet, the top tasks,
     and the tasks stopped in the period."""
-    since, until, step, n = period(since, until, step, datetime.now(timezone.utc))
+    now = datetime.now(timezone.utc)
     async with request.app.state.db.acquire() as conn:
+        if fit:
+            end = _utc(until) if until is not None else now
+            start = _utc(since) if since is not None else max(end, _UTC_MIN + FIT_LOOKBACK) - FIT_LOOKBACK
+            if start < end:
+                since = fitted(end, await conn.fetchval(_FIRST, start, end)) or since
+        since, until, step, n = period(since, until, step, now)
         series = await conn.fetch(_SERIES, since, until, float(step))
         stop_rows = await conn.fetch(_STOPS, since, until, float(step))
         top = await conn.fetch(_TOP, since, until, TOP_TASKS)

@@ -1,10 +1,11 @@
 // One budget (#/budget/ID): its current window's spend against its limits, the windows
-// before, the tasks drawing from it (linking to their pages) and the budgets nested in it,
-// each list in pages.
-import { api, badge, budgetLink, cursors, extras, h, int, meters, pageButtons, show, table, taskLink, usd, when }
-  from "./lib.js";
-import { BUDGET_HEADERS, WINDOW_FIELDS, budgetMeters, budgetRow, resetsWords, stateBadge, windowWords }
-  from "./budgets.js";
+// before, its budget keys (create one, shown once; revoke one, after a confirmation: the
+// admin API's /admin/budgets/{id}/keys), the tasks drawing from it (linking to their pages)
+// and the budgets nested in it, each list in pages.
+import { AuthError, api, badge, budgetLink, cursors, duration, extras, h, int, meters, pageButtons, show, table,
+  taskLink, usd, when } from "./lib.js";
+import { BUDGET_HEADERS, LEASED_WORDS, WINDOW_FIELDS, budgetMeters, budgetRow, resetsWords, stateBadge,
+  windowWords } from "./budgets.js";
 import { words } from "./task.js";
 
 const TASKS_PAGE = 50;
@@ -21,10 +22,19 @@ function limitWords(b) {
     : "none: it groups and counts";
 }
 
+/** The leased requests of a window in words, with what leasing is. Pure. */
+export function leasedWords(n) {
+  return (n ? `${int(n)}: ` : "none now: ") + "requests set aside in advance for the gateway processes (escrow leases), "
+    + "so each admits without locking this budget; not used yet, they count against the request limit until used "
+    + "or given back (when the budget runs short, or the lease expires)";
+}
+
 function facts(b) {
   const rows = [["limits", limitWords(b)], ["window", windowWords(b)], ["resets at", resetsWords(b)],
     ["parent", b.parent ? budgetLink(b.parent) : "none (a root budget)"],
     ["tasks drawing directly from it", int(b.tasks || 0)],
+    ["leased requests", h("span", { id: "leased", title: LEASED_WORDS },
+      leasedWords((b.current && b.current.leased_requests) || 0))],
     ["first refusal this window", b.current && b.current.exhausted_at ? when(b.current.exhausted_at) : "none"],
     ["metadata", words(b.metadata)], ...extras(b, FIELDS)];
   return h("table", { id: "budget-facts", class: "facts" },
@@ -54,14 +64,109 @@ function tasksTable(page) {
     "none yet: create one with taskgate tasks create --budget ID, or use a budget key");
 }
 
+
+/** The task limits a key gives each run, in words: "50 requests · $2.00 · 30 min". Pure. */
+export function templateWords(template) {
+  const t = template || {};
+  const has = (k) => t[k] !== null && t[k] !== undefined;
+  const parts = [has("request_limit") ? `${int(t.request_limit)} requests` : null,
+    has("token_limit") ? `${int(t.token_limit)} tokens` : null,
+    has("cost_limit_usd") ? usd(t.cost_limit_usd) : null,
+    has("max_duration_s") ? duration(Number(t.max_duration_s)) : null,
+    has("tool_call_limit") ? `${int(t.tool_call_limit)} tool calls` : null].filter(Boolean);
+  return parts.length ? parts.join(" · ") : "the gateway's defaults";
+}
+
+const KEY_LIMITS = [["request_limit", "requests"], ["token_limit", "tokens"], ["cost_limit_usd", "dollars (USD)"],
+  ["max_duration_s", "max duration (s)"]];
+
+// What the keys card holds across the page's refreshes: the key just created (its secret is
+// shown once, kept in memory only, until dismissed or the page is left) and the key whose
+// revocation waits for a confirmation.
+const keyState = { budget: null, created: null, confirming: null };
+
+/** Whether the operator is busy in the keys card (typing, or confirming): no refresh then. */
+function keysBusy() {
+  const card = document.getElementById("keys-card");
+  if (!card) return false;
+  return keyState.confirming !== null || card.contains(document.activeElement)
+    || [...card.querySelectorAll("input")].some((i) => i.value.trim() !== "");
+}
+
+function exportsText(key) {
+  const base = location.origin;
+  return `export OPENAI_BASE_URL=${base}/v1 OPENAI_API_KEY=${key}\n`
+    + `export ANTHROPIC_BASE_URL=${base} ANTHROPIC_API_KEY=${key}`;
+}
+
+function keysCard(ctx, b, keys, rerender) {
+  const path = "/admin/budgets/" + encodeURIComponent(b.id) + "/keys";
+  const msg = h("span", { class: "error", id: "keys-msg" });
+  const failed = (err) => { if (err instanceof AuthError) return ctx.fail(err); msg.textContent = err.message; };
+  const inputs = {};
+  const form = h("form", { class: "row", id: "key-form", onsubmit: async (e) => {
+    e.preventDefault();
+    const template = {};
+    for (const [name] of KEY_LIMITS) {
+      const raw = inputs[name].value.trim();
+      if (raw !== "") template[name] = Number(raw);
+    }
+    try {
+      const key = await api("POST", path, { template });
+      keyState.created = key; keyState.confirming = null;
+      for (const input of Object.values(inputs)) input.value = "";
+      rerender();
+    } catch (err) { failed(err); }
+  } }, KEY_LIMITS.map(([name, label]) => {
+    inputs[name] = h("input", { name, type: "number", min: 0, step: "any", size: 8,
+                               placeholder: name === "request_limit" ? "default" : "none" });
+    return h("label", {}, label, inputs[name]);
+  }), h("button", { type: "submit", class: "primary", id: "create-key" }, "Create key"), msg);
+  const created = keyState.created;
+  const shown = created ? h("div", { class: "newkey", id: "new-key" },
+    h("p", {}, "Key ", h("code", {}, created.id), " created. ", h("strong", {}, "It is shown only now"),
+      ": copy it into the agent's environment."),
+    h("pre", { id: "new-key-exports" }, exportsText(created.key)),
+    h("button", { type: "button", id: "dismiss-key", onclick: () => { keyState.created = null; rerender(); } },
+      "I have copied it")) : null;
+  const rows = keys.map((k) => {
+    const revoked = !!k.revoked_at;
+    let action = null;
+    if (!revoked && keyState.confirming === k.id) {
+      action = h("span", { class: "confirm" }, `Revoke ${k.id}? Its next request is refused; the tasks of its runs stay. `,
+        h("button", { class: "danger", id: "confirm-revoke", onclick: async () => {
+          try { await api("DELETE", path + "/" + encodeURIComponent(k.id)); keyState.confirming = null; rerender(); }
+          catch (err) { failed(err); }
+        } }, "Revoke key"), " ",
+        h("button", { id: "cancel-revoke", onclick: () => { keyState.confirming = null; rerender(); } }, "Cancel"));
+    } else if (!revoked) {
+      action = h("button", { class: "danger revoke", onclick: () => { keyState.confirming = k.id; rerender(); } }, "Revoke…");
+    }
+    return h("tr", { "data-key": k.id, class: revoked ? "revoked" : null },
+      h("td", {}, h("code", {}, k.id)), h("td", {}, when(k.created_at)),
+      h("td", {}, revoked ? `revoked ${when(k.revoked_at)}` : h("span", { class: "badge active" }, "active")),
+      h("td", {}, templateWords(k.template)), h("td", {}, action));
+  });
+  return h("div", { class: "card", id: "keys-card" }, h("h2", {}, "Budget keys"),
+    h("p", { class: "muted" }, "A budget key is an API key for agents: each run that uses it gets a task of its own ",
+      "with the limits below, drawing from this budget. Runs are told apart by the ", h("code", {}, "x-taskgate-run"),
+      " header or the agent's session header. The key itself is shown once, when it is created."),
+    shown,
+    table("keys", ["key", "created", "state", "each run's task limits", ""], rows,
+      "none yet: create one below (or taskgate budgets key-create " + b.id + ")"),
+    h("h3", {}, "New key: each run's task limits (empty: no limit; requests: the gateway's default)"), form);
+}
+
 export async function budgetView(ctx, id) {
   const path = "/admin/budgets/" + encodeURIComponent(id);
   const taskKey = "taskgate.budgetTasks." + id, childKey = "taskgate.budgetChildren." + id;
   const taskPages = cursors(taskKey), childPages = cursors(childKey);
   const after = (pages) => pages[pages.length - 1] ? "&after=" + encodeURIComponent(pages[pages.length - 1]) : "";
-  const [b, tasks, children] = await Promise.all([api("GET", path),
+  if (keyState.budget !== id) Object.assign(keyState, { budget: id, created: null, confirming: null });
+  const [b, tasks, children, keys] = await Promise.all([api("GET", path),
     api("GET", `/admin/tasks?budget=${encodeURIComponent(id)}&limit=${TASKS_PAGE}` + after(taskPages)),
-    api("GET", `/admin/budgets?parent=${encodeURIComponent(id)}&limit=${CHILDREN_PAGE}` + after(childPages))]);
+    api("GET", `/admin/budgets?parent=${encodeURIComponent(id)}&limit=${CHILDREN_PAGE}` + after(childPages)),
+    api("GET", path + "/keys")]);
   if (decodeURIComponent(location.hash) !== "#/budget/" + id) return;  // the operator moved on meanwhile
   const rerender = () => budgetView(ctx, id).catch(ctx.fail);
   // "tasks 51–55 ← previous next →", only when there is more than one page
@@ -73,6 +178,7 @@ export async function budgetView(ctx, id) {
     h("p", {}, h("a", { href: "#/budgets" }, "← all budgets")),
     h("div", { class: "card" }, h("h2", { id: "budget-title" }, b.id, " ", stateBadge(b)),
       h("div", { class: "row", id: "budget-meters" }, budgetMeters(b)), facts(b)),
+    keysCard(ctx, b, keys.data, rerender),
     h("div", { class: "card" }, h("h2", {}, "Windows before this one"), windowsTable(b)),
     h("div", { class: "card" }, h("h2", {}, "Tasks"),
       pager(taskKey, taskPages, tasks, TASKS_PAGE, "tasks"), tasksTable(tasks)),
@@ -81,6 +187,7 @@ export async function budgetView(ctx, id) {
       table("children", BUDGET_HEADERS, children.data.map((c) => budgetRow(c, 0, 0)),
         "none: no budget nests in this one")));
   ctx.timer = setInterval(() => {
+    if (keysBusy()) return;  // not while the operator types a key's limits or confirms a revocation
     if (decodeURIComponent(location.hash) === "#/budget/" + id) { clearInterval(ctx.timer); rerender(); }
   }, REFRESH_MS);
 }

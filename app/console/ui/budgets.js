@@ -1,7 +1,7 @@
 // The budgets (#/budgets): every budget nested under its parent, with its current window's
 // spend against its limits as bars (requests, tokens, dollars spent and reserved by
 // requests in flight), when the window resets and whether it is exhausted.
-import { api, budgetLink, costMeter, extras, h, meter, show, table, usd, when } from "./lib.js";
+import { api, budgetLink, costMeter, extras, h, int, meter, pct, show, table, usd, when } from "./lib.js";
 
 const PAGE = 100;          // rows of the tree shown per page
 const FETCH = 1000;        // budgets per API call (the API's maximum)
@@ -9,8 +9,26 @@ const MAX_FETCHES = 10;    // at most 10,000 budgets are read to build the tree
 const REFRESH_MS = 5000;
 
 /** The fields of a window's spend this page shows; others are listed as they come. */
-export const WINDOW_FIELDS = ["window_start", "window_end", "resets_at", "admitted_requests", "input_tokens",
-  "output_tokens", "total_tokens", "cost_usd", "reserved_usd", "exhausted_at"];
+export const WINDOW_FIELDS = ["window_start", "window_end", "resets_at", "admitted_requests", "leased_requests",
+  "input_tokens", "output_tokens", "total_tokens", "cost_usd", "reserved_usd", "exhausted_at"];
+
+/** What "leased" means, wherever leased requests are shown. */
+export const LEASED_WORDS = "Leased: requests this budget set aside for the gateway processes in advance (escrow "
+  + "leases), so that each admits its tasks' requests without locking the budget. They are not used yet; they count "
+  + "against the request limit until used, and are given back when the budget runs short or the lease expires "
+  + "(TASKGATE_BUDGET_LEASE_S, 60 s by default).";
+
+/** Requests: admitted (dark) and leased to gateway processes, not used yet (light), against the limit. */
+export function requestsMeter(c, limit) {
+  const used = Number(c.admitted_requests || 0), leased = Number(c.leased_requests || 0);
+  const has = limit !== null && limit !== undefined;
+  const words = `requests ${int(used)}` + (has ? ` / ${int(limit)}` : "") + (leased ? ` (+${int(leased)} leased)` : "");
+  return h("div", { class: "meter", title: leased ? LEASED_WORDS : "requests", "data-meter": "requests" },
+    h("div", { class: "bar" + (has && used >= limit ? " full" : "") },
+      h("div", { style: `width:${pct(used, limit)}%` }),
+      h("div", { class: "reserved", style: `width:${Math.max(0, pct(used + leased, limit) - pct(used, limit))}%` })),
+    h("small", {}, words));
+}
 
 /** What ran out in the current window: "requests", "tokens", "dollars" (settled at the
  * ceiling). Pure. */
@@ -45,10 +63,16 @@ export function resetsWords(b) {
 export function budgetMeters(b, w) {
   const c = w || b.current || {};
   const more = extras(c, WINDOW_FIELDS).map(([k, v]) => h("small", { class: "muted extra" }, `${k} ${v}`));
-  return [meter("requests", c.admitted_requests || 0, b.request_limit),
+  return [requestsMeter(c, b.request_limit),
     meter("tokens", c.total_tokens || 0, b.token_limit),
     costMeter({ cost_usd: c.cost_usd, reserved_usd: c.reserved_usd, cost_limit_usd: b.cost_limit_usd }),
     more.length ? h("div", { class: "extras" }, more) : null];
+}
+
+/** The note explaining "leased", when one of `budgets` has leased requests now. */
+export function leasedNote(budgets) {
+  return budgets.some((b) => b.current && b.current.leased_requests)
+    ? h("p", { class: "muted note", id: "leased-note" }, LEASED_WORDS) : null;
 }
 
 /** One row of a budgets table; `level` indents it under its parent. */
@@ -119,7 +143,8 @@ export async function budgetsView(ctx) {
       h("button", { id: "next-page", disabled: at >= pages - 1, onclick: () => go(at + 1) }, "next →")),
     truncated ? h("p", { class: "muted", id: "truncated" }, `Showing the first ${budgets.length} budgets by id.`) : null,
     table("budgets", BUDGET_HEADERS, shown.map(([b, level, n]) => budgetRow(b, level, n)),
-      "none yet: create one with taskgate budgets create --id team-a --window month --cost-limit 500"));
+      "none yet: create one with taskgate budgets create --id team-a --window month --cost-limit 500"),
+    leasedNote(shown.map(([b]) => b)));
   ctx.timer = setInterval(() => {
     if (location.hash.startsWith("#/budgets")) { clearInterval(ctx.timer); rerender(); }
   }, REFRESH_MS);

@@ -89,17 +89,43 @@ export function costMeter(t) {
     h("small", {}, words));
 }
 
-export function elapsedS(t) {
+/** Seconds from the task's first admitted request to its stop (stopped) or to now (active),
+ * what max_duration_s counts; 0 before its first request. */
+export function elapsedS(t, now) {
   if (!t.first_admitted_at) return 0;
-  const end = t.stopped_at ? new Date(t.stopped_at) : new Date();
-  return Math.max(0, Math.round((end - new Date(t.first_admitted_at)) / 1000));
+  const end = t.status === "stopped" && t.stopped_at ? new Date(t.stopped_at) : (now || new Date());
+  return Math.max(0, (end - new Date(t.first_admitted_at)) / 1000);
+}
+
+/** A duration in words: "0.09 s", "4.2 s", "42 s", "3 min 20 s", "2 h 5 min", "3 d 4 h". Pure. */
+export function duration(s) {
+  if (s === null || s === undefined) return "";
+  if (s === 0) return "0 s";
+  if (s < 10) return `${Number(s.toPrecision(s < 1 ? 1 : 2))} s`;
+  if (s < 60) return `${Math.round(s)} s`;
+  const parts = (big, bigUnit, small, smallUnit) => `${big} ${bigUnit}` + (small ? ` ${small} ${smallUnit}` : "");
+  if (s < 3600) { const m = Math.floor(s / 60); return parts(m, "min", Math.round(s - 60 * m), "s"); }
+  if (s < 86400) { const hr = Math.floor(s / 3600); return parts(hr, "h", Math.round((s - 3600 * hr) / 60), "min"); }
+  const d = Math.floor(s / 86400);
+  return parts(d, "d", Math.round((s - 86400 * d) / 3600), "h");
+}
+
+/** The time bar: how long the task ran until its stop ("ran"), or has been running since its
+ * first request ("time"), against max_duration_s. */
+export function timeMeter(t, now) {
+  const stopped = t.status === "stopped";
+  const m = meter(stopped ? "ran" : "time", elapsedS(t, now), t.max_duration_s, "", duration);
+  m.setAttribute("data-meter", "time");
+  m.title = !t.first_admitted_at ? "no request admitted yet"
+    : stopped ? "from its first admitted request to its stop" : "since its first admitted request (max_duration_s counts this)";
+  return m;
 }
 
 export function meters(t) {
   return [meter("requests", t.admitted_requests, t.request_limit),
           meter("tokens", t.total_tokens, t.token_limit),
           meter("tool calls", t.tool_calls, t.tool_call_limit),
-          meter("time", elapsedS(t), t.max_duration_s, " s"),
+          timeMeter(t),
           costMeter(t)];
 }
 
