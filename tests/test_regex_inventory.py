@@ -73,13 +73,13 @@ ALLOWED: dict[tuple[str, str], str] = {
         "a line's start; each run (\\s*, a class {3,}) is followed by characters it excludes",
     ("app/guard/repeated_output.py", r"(?<=\n)"): "a zero-width lookbehind of one literal character",
     # an answer's prose cut into words: runs of classes that share no character
-    ("app/guard/repeated_output.py",
+    ("app/guard/words.py",
      r"[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]+"
      r"(?:[-+/=]+[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]*)*"
      r"|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]"):
         "an answer's prose; the word-class run and the [-+/=] run are disjoint and each repeat of the group "
         "starts with [-+/=], so every character is taken one way; the other branch is one character",
-    ("app/guard/repeated_output.py",
+    ("app/guard/words.py",
      r"(?:[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]|[-+/=])+"):
         "an answer's prose, matched at its start; one group of two disjoint classes repeated: one way a character",
 }

@@ -23,9 +23,8 @@ from app.guard.repeated_output import (
     PASSAGE_WORDS,
     REPEATS,
     OutputMonitor,
-    meaningful,
-    unit,
 )
+from app.guard.words import WORDS, is_cjk, joined, meaningful, unit
 
 
 def feed_all(text: str, step: int = 7) -> OutputMonitor:
@@ -155,7 +154,7 @@ def test_text_hash_covers_the_whole_answer() -> None:
     ("don't — stop… |---|", ["don", "t", "stop"]),
 ])
 def test_words(text: str, words: list[str]) -> None:
-    assert ro._WORDS.findall(text) == words
+    assert WORDS.findall(text) == words
 
 
 @pytest.mark.parametrize(("word", "counts"), [
@@ -258,10 +257,10 @@ def sentences(draw: st.DrawFn) -> str:
 def test_chants_of_varied_sentences_always_trip(chant: list[str], before: str, cuts: list[int]) -> None:
     """One sentence, or a paragraph of up to three, said over and over (its words at most
     MAX_AVERAGE_GAP_WORDS apart): stopped, however it is split and whatever came first."""
-    period = sum(len(ro._WORDS.findall(s)) for s in chant)
+    period = sum(len(WORDS.findall(s)) for s in chant)
     if period > MAX_AVERAGE_GAP_WORDS:
         chant = chant[:1]
-        period = len(ro._WORDS.findall(chant[0]))
+        period = len(WORDS.findall(chant[0]))
     repeats = REPEATS + 1 + -(-(PASSAGE_WORDS + ro._BATCH) // period)
     text = before + "".join(chant) * repeats + "x " * (ro._READ_CHARS // 2 + ro._BATCH)
     assert feed_cuts(text, cuts).detected
@@ -281,8 +280,8 @@ class ReferenceMonitor(OutputMonitor):
     def _take(self, text: str) -> bool:
         self._prose_text += text
         read = self._prose_text[:len(self._prose_text) - len(self._prose_text) % ro._READ_CHARS]
-        words = ro._WORDS.findall(read)
-        if words and read.endswith(words[-1]) and not (len(words[-1]) == 1 and ro._cjk(words[-1])):
+        words = WORDS.findall(read)
+        if words and read.endswith(words[-1]) and not (len(words[-1]) == 1 and is_cjk(words[-1])):
             words.pop()
         units = [unit(w) for w in words]
         ready = len(units) - len(units) % ro._BATCH
@@ -297,7 +296,7 @@ class ReferenceMonitor(OutputMonitor):
                 gap = (counted[-1] - counted[-REPEATS]) / (REPEATS - 1)
                 self.detected = True
                 self.detail = {"passage_words": PASSAGE_WORDS,
-                               "passage": ro._joined(words[stop - PASSAGE_WORDS:stop])[:ro.PASSAGE_CHARS],
+                               "passage": joined(words[stop - PASSAGE_WORDS:stop])[:ro.PASSAGE_CHARS],
                                "distinct_words": distinct, "count": len(counted),
                                "average_gap_words": round(gap, 1), "threshold": REPEATS,
                                "max_average_gap_words": MAX_AVERAGE_GAP_WORDS}

@@ -12,16 +12,12 @@ character apart": the digits of ``77.3333…3`` in a correct answer, a ``=====``
 base64 block of zeros. None of these repeats anything a reader would call a passage. A
 word is the unit that carries meaning, so:
 
-- a *word* is a maximal run of word characters (Unicode letters, digits, ``_``, with
-  ``-+/=`` inside or after it, so that a base64 run is one word), or one CJK character
-  (Han, kana: scripts written without spaces, where one character is about a word).
-  Punctuation and whitespace separate words and are not words: ``77.3333`` is the two
-  words ``77`` and ``3333``; a table rule, an ellipsis or a row of emoji is no word at all;
-- a *meaningful* word is one a sentence is made of: at most :data:`MAX_WORD_CHARS`
-  characters, with a letter, without a digit, and not made of hex letters only
-  (``a``-``f``). Numbers, hex bytes (``de ad be ef``, ``0x7f``), hashes, base64 and
-  identifiers with digits still occupy their place in a passage, but do not count
-  toward its :data:`MIN_DISTINCT_WORDS`;
+- a *word* (:mod:`app.guard.words`) is a run of word characters (with ``-+/=`` inside
+  it: a base64 run is one word) or one CJK character; punctuation and whitespace only
+  separate words: ``77.3333`` is the two words ``77`` and ``3333``, a table rule is none;
+- a *meaningful* word has a letter, no digit, at most 32 characters, and is not made of
+  hex letters only: numbers, hex bytes, hashes and base64 still occupy their place in a
+  passage, but do not count toward its :data:`MIN_DISTINCT_WORDS`;
 - so a run of one character is one word; the digits of a number are one word; a hex
   dump or a numeric table repeats no passage of four distinct meaningful words; while
   "Wait, I am confused. Is it `msubsup` or `msubsup`?" said over and over is a passage
@@ -60,9 +56,22 @@ from __future__ import annotations
 
 import hashlib
 import re
-import zlib
 from collections import deque
 from typing import Any
+
+from app.guard.words import (
+    MAX_WORD_CHARS,
+    VOCABULARY,
+    WORD_RUN,
+    WORDS,
+    crc32,
+    distinct,
+    is_cjk,
+    joined,
+    opaque_unit,
+    shown,
+    unit,
+)
 
 #: Words in one passage (gemini-cli: 50 characters, about ten words).
 PASSAGE_WORDS = 10
@@ -72,8 +81,6 @@ REPEATS = 10
 MIN_DISTINCT_WORDS = 4
 #: Average distance (in words) between the occurrences, at most: five passages, as gemini-cli.
 MAX_AVERAGE_GAP_WORDS = 5 * PASSAGE_WORDS
-#: Longest meaningful word, in characters; a longer word is opaque (a hash, base64, a URL).
-MAX_WORD_CHARS = 32
 #: Characters of a line read before deciding whether it is prose.
 HEAD_CHARS = 8
 #: Furthest apart (in words) the first and last of REPEATS passage ends may lie.
@@ -102,97 +109,10 @@ PASSAGE_CHARS = 200
 #: client whole; ``whole``: not streamed, the body was delivered whole.
 DELIVERED_CUT, DELIVERED_STREAMED, DELIVERED_WHOLE = "cut", "streamed", "whole"
 
-#: A word: a run of word characters (Unicode letters, digits, ``_``) other than CJK,
-#: with any ``-+/=`` inside or after it (base64, URL-safe base64, a UUID, ``well-known``:
-#: one word); or one character of a script
-#: written without spaces (CJK: kana U+3040-30FF, Han U+3400-4DBF, U+4E00-9FFF,
-#: U+F900-FAFF, U+20000-3134F). Linear: the two classes of the run are disjoint, so each
-#: character is taken one way.
-_WORDS = re.compile(
-    r"[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]+"
-    r"(?:[-+/=]+[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]*)*"
-    r"|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]")
-#: The rest of a word at the start of a delta (a word split across deltas).
-_WORD_RUN = re.compile(r"(?:[^\W\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]|[-+/=])+")
 _FENCE = re.compile(r"\s*(```|~~~)")
 _STRUCTURE = re.compile(
     r"(?:\s*(?:\||\+[-=+]|#+\s|>|[-*+]\s|\d+[.)]\s)|    |\t|\s*[-=_*+\u2500-\u257f]{3,}\s*$)"
 )
-
-#: A word's unit is one character: meaningful words map into U+10000..U+10FFFF (a million
-#: values: two words share one with odds of one in a million), other words (numbers, hex,
-#: long words) into U+0100..U+D7FF.
-_MEANINGFUL_BASE, _MEANINGFUL_SIZE = 0x10000, 0x110000 - 0x10000
-_OPAQUE_BASE, _OPAQUE_SIZE = 0x0100, 0xD800 - 0x0100
-_MEANINGFUL_FIRST = chr(_MEANINGFUL_BASE)
-_HEX_LETTERS = "abcdefABCDEF"
-#: Word -> unit, shared by every monitor of the process (a pure function's memo);
-#: cleared when it reaches :data:`_VOCABULARY_SIZE` words.
-_vocabulary: dict[str, str] = {}
-_VOCABULARY_SIZE = 16_384
-
-
-def meaningful(word: str) -> bool:
-    """Whether ``word`` (one word as :data:`_WORDS` reads it) counts toward a passage's
-    :data:`MIN_DISTINCT_WORDS`: at most :data:`MAX_WORD_CHARS` characters, a letter, no
-    digit, not hex letters only after an optional escape letter (``a``, ``be``, ``dead``,
-    ``xba`` of ``\\xba``, ``uabcd`` of ``\\uabcd`` do not count: hex bytes would). One CJK
-    character is meaningful."""
-    hex_part = word[1:] if len(word) > 1 and word[0] in "xXuU" else word
-    if len(word) > MAX_WORD_CHARS or not hex_part.strip(_HEX_LETTERS):
-        return False
-    if word.isalpha():  # letters only, the usual case
-        return True
-    return any(c.isalpha() for c in word) and not any(c.isdigit() for c in word)
-
-
-def _unit_of(crc: int, is_meaningful: bool) -> str:
-    if is_meaningful:
-        return chr(_MEANINGFUL_BASE + crc % _MEANINGFUL_SIZE)
-    return chr(_OPAQUE_BASE + crc % _OPAQUE_SIZE)
-
-
-def _crc(text: str, value: int = 0) -> int:
-    return zlib.crc32(text.encode("utf-8", "surrogatepass"), value)
-
-
-def unit(word: str) -> str:
-    """The one-character unit standing for ``word`` in the analysed sequence: equal words
-    have equal units; the range tells meaningful words from the others. From the word's
-    CRC-32 (the same in every process), so a verdict never depends on the process."""
-    found = _vocabulary.get(word)
-    if found is not None:
-        return found
-    made = _unit_of(_crc(word), meaningful(word))
-    if len(word) <= MAX_WORD_CHARS:
-        if len(_vocabulary) >= _VOCABULARY_SIZE:
-            _vocabulary.clear()
-        _vocabulary[word] = made
-    return made
-
-
-def _cjk(char: str) -> bool:
-    """Whether ``char`` is of a script written without spaces (one character, one word)."""
-    o = ord(char)
-    return 0x3040 <= o <= 0x30FF or 0x3400 <= o <= 0x4DBF or 0x4E00 <= o <= 0x9FFF \
-        or 0xF900 <= o <= 0xFAFF or 0x20000 <= o <= 0x3134F
-
-
-def _shown(word: str) -> str:
-    """A word as the evidence shows it (a long one shortened)."""
-    return word if len(word) <= MAX_WORD_CHARS else word[:16] + "\u2026"
-
-
-def _joined(words: list[str]) -> str:
-    """Words as the evidence shows a passage: separated by a space, except between two
-    CJK characters (written without spaces)."""
-    out: list[str] = []
-    for i, word in enumerate(words):
-        if i and not (len(word) == 1 and _cjk(word) and len(words[i - 1]) == 1 and _cjk(words[i - 1])):
-            out.append(" ")
-        out.append(_shown(word))
-    return "".join(out)
-
 
 class OutputMonitor:
     """Watches one answer's text. :meth:`feed` returns ``True`` once the answer is
@@ -295,28 +215,28 @@ class OutputMonitor:
         units, words = "", list[str]()
         if self._long is not None:  # a long word going on?
             crc, start = self._long
-            run = _WORD_RUN.match(text)
+            run = WORD_RUN.match(text)
             if run is not None:
-                crc = _crc(run.group(), crc)
+                crc = crc32(run.group(), crc)
                 text = text[run.end():]
                 if not text:
                     self._long = (crc, start)
                     return False
             self._long = None
-            units, words = _unit_of(crc, False), [start + "\u2026"]
+            units, words = opaque_unit(crc), [start + "\u2026"]
         elif self._pending:
             text, self._pending = self._pending + text, ""
-        found = _WORDS.findall(text)
+        found = WORDS.findall(text)
         if found:
             last = found[-1]
-            if text.endswith(last) and (len(last) > 1 or not _cjk(last)):
+            if text.endswith(last) and (len(last) > 1 or not is_cjk(last)):
                 found.pop()  # it may go on in the next delta
                 if len(last) <= MAX_WORD_CHARS:
                     self._pending = last
                 else:
-                    self._long = (_crc(last), last[:16])
+                    self._long = (crc32(last), last[:16])
             if found:
-                get = _vocabulary.get
+                get = VOCABULARY.get
                 units += "".join([get(w) or unit(w) for w in found])
                 words += found
         if not units:
@@ -335,7 +255,7 @@ class OutputMonitor:
             words, self._fresh_words = words[:ready], words[ready:]
         looping = self._judge(fresh, words)
         tail = words[-PASSAGE_WORDS:]
-        self._recent.extend(tail if max(map(len, tail)) <= MAX_WORD_CHARS else map(_shown, tail))
+        self._recent.extend(tail if max(map(len, tail)) <= MAX_WORD_CHARS else map(shown, tail))
         return looping
 
     def _judge(self, units: str, words: list[str]) -> bool:
@@ -366,7 +286,7 @@ class OutputMonitor:
             if buf.find(core, max(first - _GAP_REACH, 0), first) != at:  # not just itself
                 self._close = last
             if self._close + _SPAN >= first \
-                    and _distinct(buf[first - PASSAGE_WORDS:last]) >= MIN_DISTINCT_WORDS \
+                    and distinct(buf[first - PASSAGE_WORDS:last]) >= MIN_DISTINCT_WORDS \
                     and _occurs(buf, core, first - _SPAN - PASSAGE_WORDS, first, REPEATS) >= REPEATS:
                 for stop in range(first, last + 1):
                     if self._looping(buf, stop, new, words):
@@ -378,25 +298,20 @@ class OutputMonitor:
         """Whether the passage ending at index ``stop`` of ``buf`` is looping (and if so,
         :attr:`detail`); ``new``: index of ``words[0]``'s unit."""
         passage = buf[stop - PASSAGE_WORDS:stop]
-        distinct = _distinct(passage)
-        if distinct < MIN_DISTINCT_WORDS or \
+        different = distinct(passage)
+        if different < MIN_DISTINCT_WORDS or \
                 _occurs(buf, passage, stop - _SPAN - PASSAGE_WORDS, stop, REPEATS) < REPEATS:
             return False
         starts = _starts(buf, passage, stop - _HORIZON - PASSAGE_WORDS + 1, stop)
         gap = (starts[-1] - starts[-REPEATS]) / (REPEATS - 1)
         known = [*self._recent, *words]  # the words of buf[new - len(recent):end]
         offset = len(self._recent) - new
-        text = _joined(known[max(stop - PASSAGE_WORDS + offset, 0):stop + offset])
+        text = joined(known[max(stop - PASSAGE_WORDS + offset, 0):stop + offset])
         self.detected = True
         self.detail = {"passage_words": PASSAGE_WORDS, "passage": text[:PASSAGE_CHARS],
-                       "distinct_words": distinct, "count": len(starts), "average_gap_words": round(gap, 1),
+                       "distinct_words": different, "count": len(starts), "average_gap_words": round(gap, 1),
                        "threshold": REPEATS, "max_average_gap_words": MAX_AVERAGE_GAP_WORDS}
         return True
-
-
-def _distinct(units: str) -> int:
-    """How many different meaningful words ``units`` stand for."""
-    return sum(1 for u in set(units) if u >= _MEANINGFUL_FIRST)
 
 
 def _occurs(buf: str, sub: str, lo: int, hi: int, enough: int) -> int:
