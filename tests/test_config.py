@@ -192,6 +192,8 @@ models:
         "t.yaml:9: models[0].provider: unknown provider 'openia' (known: openai); did you mean 'openai'?",
         "t.yaml:10: models[0].pricing: unknown key; did you mean 'price'?",
     ]
+    assert all(p.example for p in problems)  # each with the shape expected there
+    assert problems[0].example == EXAMPLES[("providers", "*")]
     assert problems[1].example == EXAMPLES[("providers", "*", "headers")]
     assert problems[2].example == problems[3].example == EXAMPLES[("models", "[]")]
     assert str(info.value).endswith("(and 3 more)") and "\n" not in str(info.value)

@@ -171,7 +171,7 @@ def parse(text: str, environ: Mapping[str, str], source: str = "config") -> Gate
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
         what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError([Problem(f"{source}{line}", "", f"not valid YAML: {what}")]) from None
+        raise ConfigError([Problem(f"{source}{line}", "", f"not valid YAML: {what}", example_for(()))]) from None
     finally:
         loader.dispose()
     if root is None:
@@ -196,8 +196,8 @@ def parse(text: str, environ: Mapping[str, str], source: str = "config") -> Gate
              for line, loc in duplicates]
     unset: list[tuple[Path_, str]] = []
     data = expand_env(data, environ, unset=unset)
-    found += [Problem(where(loc), format_path(loc), f"environment variable {name} is not set "
-                      f"(use ${{{name}:-default}} for a default)") for loc, name in unset]
+    found += [problem(loc, f"environment variable {name} is not set (use ${{{name}:-default}} for a default)")
+              for loc, name in unset]
     try:
         config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
