@@ -64,7 +64,7 @@ def test_run_ids_and_task_ids() -> None:
     assert run_id({}, session, "conv") == "conv"
     assert run_id({"x-taskgate-run": "  "}, session, "") == "default"
     task_id = run_task_id("team-a", "key_1", "run/with spaces?&#")
-    assert re.fullmatch(r"team-a-run-[0-9a-f]{16}", task_id)
+    assert re.fullmatch(r"team-a-run-run-with-spaces-[0-9a-f]{16}", task_id)  # tests/test_run_names.py: the name
     assert task_id == run_task_id("team-a", "key_1", "run/with spaces?&#")
     run = "run/with spaces?&#"
     others = {run_task_id("team-b", "key_1", run), run_task_id("team-a", "key_2", run), legacy_run_task_id("team-a", run)}

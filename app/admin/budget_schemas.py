@@ -16,7 +16,7 @@ from app.budgets.windows import timezone_names, zone
 from app.db.bounds import SafeJsonObject, SafeText
 
 #: A budget id: safe in a URL path and short enough that a run's task id
-#: (``<budget>-run-<16 hex>``, 85 characters at most) is a valid task id.
+#: (``<budget>-run-<name>-<16 hex>``, 126 characters at most) is a valid task id.
 BUDGET_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 BudgetId = Annotated[str, StringConstraints(pattern=BUDGET_ID_PATTERN)]
 #: A budget key's id (``key_`` + 16 hex).

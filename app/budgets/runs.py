@@ -6,10 +6,11 @@ from the key's template with ``INSERT ... ON CONFLICT (id) DO NOTHING``: two fir
 requests of one run at once (in any processes) create one task, and one ``created``
 event. The task's id is derived from the key's id (:func:`app.budgets.keys.run_task_id`),
 so a key can only reach the tasks it opened: the check is the derivation, not a
-statement on the hot path. A run whose task predates that derivation
-(:func:`app.budgets.keys.legacy_run_task_id`) is continued on it only when the task's
-budget is the key's and its metadata names the key (checked by the same ``INSERT``, which
-then writes nothing); for any other key the run gets a task of its own.
+statement on the hot path. A run whose task predates that id
+(:func:`app.budgets.keys.earlier_run_task_ids`: without the run's name, or before the key
+was in the digest) is continued on it only when the task's budget is the key's and its
+metadata names the key (checked by the same ``INSERT``, which then writes nothing); for
+any other key the run gets a task of its own.
 
 Tasks this process has seen exist are remembered (a small bounded map from the derived id
 to the task used); a task an operator deleted since is created again at the run's next
@@ -26,7 +27,7 @@ from typing import Any
 import asyncpg
 
 from app.admission.tokens import new_token, token_hash
-from app.budgets.keys import legacy_run_task_id, run_task_id
+from app.budgets.keys import earlier_run_task_ids, run_task_id
 from app.db import tasks as task_rows
 from app.db.bounds import storable_json
 from app.db.pool import durable
@@ -47,7 +48,7 @@ class BudgetKey:
 
 
 class _Seen:
-    """Derived run-task id -> the id of the task the run uses (itself, or a legacy id)."""
+    """Derived run-task id -> the id of the task the run uses (itself, or an earlier id)."""
 
     def __init__(self, size: int = 10_000) -> None:
         self.size, self._ids = size, OrderedDict[str, str]()
@@ -61,7 +62,7 @@ class _Seen:
             self._ids.popitem(last=False)
 
     def discard(self, task_id: str) -> None:
-        if self._ids.pop(task_id, None) is None:  # a legacy task: found by value (rare: deleted)
+        if self._ids.pop(task_id, None) is None:  # an earlier id: found by value (rare: deleted)
             for derived in [d for d, used in self._ids.items() if used == task_id]:
                 del self._ids[derived]
 
@@ -82,28 +83,30 @@ async def require_key(pool: asyncpg.Pool, key: str) -> BudgetKey:
 
 
 def _insert(values: dict[str, Any]) -> str:
-    """Insert ``values`` unless the run's legacy task (parameters after the values: its
-    id, the budget, the key id) exists and belongs to the key."""
+    """Insert ``values`` unless one of the run's earlier tasks (parameters after the
+    values: their ids, ``text[]``, the budget, the key id) exists and belongs to the key."""
     n = len(values)
     return (f"INSERT INTO tasks ({', '.join(values)}) SELECT {', '.join(f'${i}' for i in range(1, n + 1))}"
-            f" WHERE NOT EXISTS (SELECT 1 FROM tasks WHERE id = ${n + 1} AND budget_id = ${n + 2}"
+            f" WHERE NOT EXISTS (SELECT 1 FROM tasks WHERE id = ANY(${n + 1}::text[]) AND budget_id = ${n + 2}"
             f" AND metadata->>'budget_key' = ${n + 3}) ON CONFLICT (id) DO NOTHING RETURNING id")
 
 
-#: Nothing inserted: the run's task (preferred) or its legacy task, if the key's.
-_EXISTING = ("SELECT id FROM tasks WHERE id = $1 OR (id = $2 AND budget_id = $3 AND metadata->>'budget_key' = $4)"
-             " ORDER BY id = $1 DESC LIMIT 1")
+#: Nothing inserted: the run's task (preferred), else the newest of its earlier tasks
+#: that is the key's.
+_EXISTING = ("SELECT id FROM tasks WHERE id = $1"
+             " OR (id = ANY($2::text[]) AND budget_id = $3 AND metadata->>'budget_key' = $4)"
+             " ORDER BY id = $1 DESC, array_position($2::text[], id) LIMIT 1")
 
 
 async def ensure_run_task(pool: asyncpg.Pool, key: BudgetKey, run: str, default_request_limit: int,
                           request_id: str | None = None) -> str:
     """The id of ``run``'s task opened by ``key``, created from the key's template if it
-    does not exist yet (exactly once across processes); the run's legacy task instead if
-    ``key`` opened one. 503 when the database cannot answer."""
+    does not exist yet (exactly once across processes); the run's task under an earlier
+    id instead if ``key`` opened one. 503 when the database cannot answer."""
     task_id = run_task_id(key.budget_id, key.id, run)
     if (used := _seen.get(task_id)) is not None:
         return used
-    legacy = (legacy_run_task_id(key.budget_id, run), key.budget_id, key.id)
+    earlier = (list(earlier_run_task_ids(key.budget_id, key.id, run)), key.budget_id, key.id)
     values: dict[str, Any] = {k: v for k, v in key.template.items() if k in _TEMPLATE_COLUMNS}
     values.setdefault("request_limit", default_request_limit)
     values.update(budget_id=key.budget_id, metadata=storable_json({"budget_key": key.id, "run": run[:256]}))
@@ -113,13 +116,13 @@ async def ensure_run_task(pool: asyncpg.Pool, key: BudgetKey, run: str, default_
     values.update(id=task_id, token_hash=token_hash(new_token()))
     with fail_closed("run task creation"):
         async with pool.acquire() as conn, conn.transaction():
-            used = await conn.fetchval(_insert(values), *values.values(), *legacy)
+            used = await conn.fetchval(_insert(values), *values.values(), *earlier)
             if used is not None:
                 await durable(conn)
                 await task_rows.add_event(conn, task_id, "created", None, event, request_id=request_id)
-            else:  # it exists, or the key's legacy task does (neither: deleted meanwhile, and
+            else:  # it exists, or the key's earlier task does (neither: deleted meanwhile, and
                 # admission, not finding the derived id, calls forget)
-                used = await conn.fetchval(_EXISTING, task_id, *legacy) or task_id
+                used = await conn.fetchval(_EXISTING, task_id, *earlier) or task_id
     _seen.add(task_id, used)
     return used
 

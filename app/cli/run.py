@@ -8,20 +8,35 @@ comes (the agent inherits the terminal), then prints the task's outcome on stder
 :data:`STOPPED_EXIT_STATUS` (4) when the task was stopped, whatever the agent's own status
 (some agents exit 0 after any API error, e.g. Aider), else with the agent's exit status
 (128 + N when a signal N ended it; 127 when the command cannot be started).
+
+With a budget key (``--key`` or ``TASKGATE_BUDGET_KEY``) no task is created: the agent
+gets the key as its API key and a run of its own, named ``--run NAME`` or else
+:func:`default_run_name` (the command's name, the UTC time and 4 random hex: a new name,
+so a new run and a new task from the key's template, at every invocation). The name
+travels in the base URLs (``<gateway>/run/<name>/v1``, :mod:`app.proxy.run_path`), the
+one thing every agent lets you set, and as ``TASKGATE_RUN``; the run's task is
+``<budget>-run-<name>-<16 hex>`` (:func:`app.budgets.keys.run_task_id`). A key cannot
+read its task, so this mode prints no outcome and exits with the agent's own status.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import secrets
 import signal
 import subprocess
 import sys
-from typing import Any
+from datetime import datetime, timezone
+from typing import Any, NoReturn
 
 import click
 
-from app.cli.client import AdminError, connect
+from app.budgets.keys import RUN_NAME_PATTERN, is_budget_key
+from app.cli.client import AdminError, connect, default_url
 from app.cli.tasks import limit_options, limits_body
+from app.proxy.run_path import PREFIX as RUN_PATH
+from app.settings import Settings
 
 #: ``taskgate run``'s exit status when its task was stopped (a wrapping script can tell).
 STOPPED_EXIT_STATUS = 4
@@ -32,6 +47,28 @@ def agent_env(url: str, task_id: str, token: str) -> dict[str, str]:
     base = url.rstrip("/")
     return {**os.environ, "OPENAI_BASE_URL": base + "/v1", "OPENAI_API_KEY": token,
             "ANTHROPIC_BASE_URL": base, "ANTHROPIC_API_KEY": token, "TASKGATE_TASK_ID": task_id}
+
+
+def key_env(url: str, key: str, run: str) -> dict[str, str]:
+    """The agent's environment for a run of budget key ``key``: ours plus the four
+    provider variables, the base URLs naming the run (``<url>/run/<run>``), and
+    ``TASKGATE_RUN``; ``TASKGATE_TASK_ID`` removed (it would name some other task)."""
+    base = url.rstrip("/") + RUN_PATH + run
+    env = {**os.environ, "OPENAI_BASE_URL": base + "/v1", "OPENAI_API_KEY": key,
+           "ANTHROPIC_BASE_URL": base, "ANTHROPIC_API_KEY": key, "TASKGATE_RUN": run}
+    env.pop("TASKGATE_TASK_ID", None)
+    return env
+
+
+def default_run_name(command: str, now: datetime | None = None) -> str:
+    """A fresh run name for ``command`` (its program): ``<program>-<UTC time>-<4 hex>``,
+    e.g. ``codex-20261204T104608Z-3f2a``; the program's name is cut to 24 characters of
+    ``A-Za-z0-9._-`` (``run`` when none is left). The random part keeps two runs started
+    in the same second apart. Always matches :data:`app.budgets.keys.RUN_NAME_PATTERN`."""
+    program = re.sub(r"[^A-Za-z0-9._-]+", "-", os.path.basename(command.rstrip("/")))
+    program = program.lstrip("._-")[:24].rstrip("._-") or "run"
+    stamp = (now or datetime.now(timezone.utc)).astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{program}-{stamp}-{secrets.token_hex(2)}"
 
 
 def outcome_lines(task: dict[str, Any]) -> list[str]:
@@ -50,19 +87,69 @@ def outcome_lines(task: dict[str, Any]) -> list[str]:
     return [f"taskgate: task {task['id']} active; {counters}"]
 
 
+def _start(command: tuple[str, ...], env: dict[str, str]) -> int:
+    """Run ``command`` with ``env`` until it ends: its exit status (negative: the signal
+    that ended it); exits 127 when it cannot be started. Ctrl-C reaches the agent (same
+    process group) and we wait for it; our SIGTERM is passed on."""
+    try:
+        proc = subprocess.Popen(list(command), env=env)
+    except OSError as exc:
+        click.echo(f"taskgate: cannot start {command[0]}: {exc.strerror or exc}", err=True)
+        sys.exit(127)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda signum, _frame: proc.send_signal(signum))
+    try:
+        return proc.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _run_with_key(key: str, run_name: str | None, url: str | None, command: tuple[str, ...]) -> NoReturn:
+    """``taskgate run --key``: the agent as a run of the budget key (module docstring);
+    exits with the agent's status."""
+    if not is_budget_key(key):
+        raise click.BadParameter("a budget key starts with tgk- (taskgate budgets key-create).",
+                                 param_hint="'--key' / TASKGATE_BUDGET_KEY")
+    if run_name is not None and not re.fullmatch(RUN_NAME_PATTERN, run_name):
+        raise click.BadParameter("letters, digits, '.', '_' and '-', at most 128, starting with a letter or digit.",
+                                 param_hint="'--run'")
+    name = run_name or default_run_name(command[0])
+    click.echo(f"taskgate: run {name} of a budget key (a task of its own, from the key's limits); "
+               f"running {' '.join(command)}", err=True)
+    code = _start(command, key_env(url or default_url(Settings()), key, name))
+    sys.exit(code if code >= 0 else 128 - code)
+
+
 @click.command(context_settings={"ignore_unknown_options": True})
 @click.option("--id", "task_id", default=None, help="Id of the new task (generated when absent).")
 @click.option("--budget", default=None, help="The budget the new task draws from.")
 @limit_options
+@click.option("--key", envvar="TASKGATE_BUDGET_KEY", default=None,
+              help="A budget key (TASKGATE_BUDGET_KEY): no new task; the agent uses the key and is a run of "
+                   "its own (a task from the key's limits). Not with --id, --budget or limits.")
+@click.option("--run", "run_name", default=None,
+              help="With --key: the run's name (default: the command's name, the UTC time and 4 random hex, "
+                   "new every time). The same name again continues that run's task.")
 @click.option("--url", envvar="TASKGATE_URL", default=None,
               help="Gateway URL (TASKGATE_URL; default the local gateway).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(task_id: str | None, budget: str | None, url: str | None, command: tuple[str, ...], **limits: Any) -> None:
+def run(task_id: str | None, budget: str | None, key: str | None, run_name: str | None, url: str | None,
+        command: tuple[str, ...], **limits: Any) -> None:
     """Run an agent command under a new task; exits with 4 when the task was stopped,
-    else with the agent's status.
+    else with the agent's status. With --key (or TASKGATE_BUDGET_KEY), as a new run of
+    a budget key instead.
 
     Example: taskgate run --request-limit 50 -- codex exec "fix the failing test"
     """
+    if key:
+        given = [f"--{name.replace('_', '-')}" for name, value in
+                 {"id": task_id, "budget": budget, **limits}.items() if value is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)}: not with --key (the key's template sets the run's task; "
+                                   "the key's budget is its budget).")
+        _run_with_key(key, run_name, url, command)
+    if run_name is not None:
+        raise click.UsageError("--run names a run of a budget key: give --key (or TASKGATE_BUDGET_KEY) too.")
     api = connect(url)
     body = limits_body(**limits)
     if task_id:
@@ -75,18 +162,7 @@ def run(task_id: str | None, budget: str | None, url: str | None, command: tuple
         raise click.ClickException(str(exc)) from None
     click.echo(f"taskgate: task {task['id']} (request limit {task['request_limit']}); "
                f"running {' '.join(command)}", err=True)
-    try:
-        proc = subprocess.Popen(list(command), env=agent_env(api.url, task["id"], task["token"]))
-    except OSError as exc:
-        click.echo(f"taskgate: cannot start {command[0]}: {exc.strerror or exc}", err=True)
-        sys.exit(127)
-    # Ctrl-C reaches the agent (same process group); we wait for it to finish.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda signum, _frame: proc.send_signal(signum))
-    try:
-        code = proc.wait()
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    code = _start(command, agent_env(api.url, task["id"], task["token"]))
     stopped = False
     try:
         outcome = api.task(task["id"])

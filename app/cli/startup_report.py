@@ -22,10 +22,11 @@ from app.config import GatewayConfig
 PREFIX = "TASKGATE_"
 
 #: ``TASKGATE_*`` names read outside :class:`app.settings.Settings`: the CLI's gateway URL,
-#: the id ``taskgate run`` gives the agent, docker compose's worker count, and the test and
-#: benchmark suites' own switches.
+#: the budget key ``taskgate run`` reads and the task id or run name it gives the agent,
+#: docker compose's worker count, and the test and benchmark suites' own switches.
 OTHER_VARIABLES = frozenset({
-    "TASKGATE_URL", "TASKGATE_TASK_ID", "TASKGATE_WORKERS", "TASKGATE_TEST_DATABASE_URL",
+    "TASKGATE_URL", "TASKGATE_TASK_ID", "TASKGATE_BUDGET_KEY", "TASKGATE_RUN", "TASKGATE_WORKERS",
+    "TASKGATE_TEST_DATABASE_URL",
     "TASKGATE_UPDATE_SCREENSHOTS", "TASKGATE_FUZZ_EXAMPLES", "TASKGATE_BENCH_LITELLM_PYTHON",
 })
 

@@ -20,7 +20,9 @@ those layers did for it, with the same results:
 Other methods (and everything outside ``/v1/``) take the usual path, where the same
 endpoints are registered as routes. :class:`GatewayApp` puts the lane in place;
 middleware that must see the lane's requests too (tracing) goes in
-:attr:`GatewayApp.outer_middleware`, around it.
+:attr:`GatewayApp.outer_middleware`, around it; outside all of them,
+:class:`app.proxy.run_path.RunPath` turns ``/run/<name>/v1/...`` into ``/v1/...`` with
+the run's header.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.proxy.relay import RelayResponse
 from app.proxy.routes import proxy_get, proxy_post
+from app.proxy.run_path import RunPath
 from app.request_ids import REQUEST_ID, log_access, request_id_from, with_id
 
 Handler = Callable[[Request, Exception], Awaitable[Response]]
@@ -83,7 +86,8 @@ class ProxyLane:
 class GatewayApp(FastAPI):
     """The gateway's FastAPI application: :class:`ProxyLane` is the outermost layer of
     its middleware stack, inside :attr:`outer_middleware` (ASGI middleware classes,
-    outermost first, that see every request, the lane's included)."""
+    outermost first, that see every request, the lane's included), inside
+    :class:`~app.proxy.run_path.RunPath` (a run named in the path)."""
 
     #: Set before the first request (the stack is built then), as ``state.settings`` is.
     outer_middleware: list[Callable[[ASGIApp], ASGIApp]]
@@ -92,7 +96,7 @@ class GatewayApp(FastAPI):
         app: ASGIApp = ProxyLane(super().build_middleware_stack(), self.state.settings.access_log)
         for middleware in reversed(self.outer_middleware):
             app = middleware(app)
-        return app
+        return RunPath(app)
 
 
 def _identify(response: Response, raw_id: bytes) -> None:
