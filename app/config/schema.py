@@ -205,9 +205,3 @@ class GatewayConfig(_Strict):
             if not PROVIDER_NAME.match(name):
                 raise ValueError(f"provider name {name!r} must match {PROVIDER_NAME.pattern}")
         return v
-
-    def reference_errors(self) -> list[tuple[tuple[str | int, ...], str]]:
-        """``(path, message)`` for every ``models[].provider`` naming no provider."""
-        known = ", ".join(sorted(self.providers))
-        return [(("models", i, "provider"), f"unknown provider {r.provider!r} (known: {known})")
-                for i, r in enumerate(self.models) if r.provider not in self.providers]
