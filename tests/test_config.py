@@ -263,7 +263,7 @@ def test_config_check_lists_the_mcp_servers(tmp_path: Path) -> None:
                     "    tools: {push: {price_usd: 0.01}}\n")
     done = _check(str(path))
     assert done.returncode == 0, done.stderr
-    assert "1 MCP servers" in done.stdout
+    assert "1 MCP server" in done.stdout and "1 MCP servers" not in done.stdout
     assert "/mcp/git" in done.stdout and "http://127.0.0.1:9000/mcp" in done.stdout
     assert "push (price_usd=0.01)" in done.stdout
     assert "Bearer" not in done.stdout  # header names only, never their values

@@ -70,7 +70,8 @@ def check(path: str | None) -> None:
         sys.exit(2)
     source = (f"{settings.config}{named}" if settings.config
               else "environment (TASKGATE_UPSTREAM_*, TASKGATE_ANTHROPIC_*)")
-    mcp = f", {len(config.mcp_servers)} MCP servers" if config.mcp_servers else ""
+    count = len(config.mcp_servers)
+    mcp = f", {count} MCP server{'s' if count != 1 else ''}" if count else ""
     out.print(f"{source}: OK, {len(config.providers)} providers, {len(config.models)} models{mcp}")
     table = Table(*COLUMNS, box=None, header_style="bold")
     for row in routing_table(config):
