@@ -1,15 +1,19 @@
 """README's walkthrough against a real run, so its samples cannot go stale: the agent
 script in README is run under ``taskgate run`` against a gateway and the mock upstream,
 and what it prints is compared with README's output block (task ids, tokens and ports
-aside); the same for ``taskgate tasks create`` and ``taskgate tasks list``."""
+aside); the same for ``taskgate tasks create`` and ``taskgate tasks list``, and for the
+budget, its key and two runs through it (run names and hashes aside)."""
 
 from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+import httpx
 
 from tests.support import ADMIN_TOKEN
 
@@ -67,3 +71,73 @@ def test_walkthrough_outputs_match_a_real_run(gateway, tmp_path):
     assert squeeze(shown_table[0]) == squeeze(table[0])  # the header
     for line in shown_table[1:]:
         assert any(squeeze(line) == squeeze(r) for r in table), (line, table)
+
+
+def _commands(block: str, budget: str) -> list[list[str]]:
+    """The ``taskgate`` lines of a README bash block as argv (comments dropped), the
+    budget renamed to ``budget``."""
+    lines = [line.split("  #")[0].strip() for line in block.splitlines() if line.startswith("taskgate ")]
+    return [[budget if word == "team-a" else word for word in shlex.split(line)[1:]] for line in lines]
+
+
+def test_walkthrough_budget_key_runs_match_a_real_run(gateway, tmp_path):
+    """README's budget, key and two runs through it: the commands as README has them,
+    two tasks each named after its run, and the table as README shows it."""
+    budget = f"team-a-{os.getpid()}"
+    names = r"python[\w.]*-\d{8}T\d{6}Z-[0-9a-f]{4}"
+
+    def normal(text: str) -> list[str]:
+        text = text.replace(budget, "team-a")
+        text = re.sub(names, "python-TIME", text)
+        text = re.sub(r"key_[0-9a-f]{16}", "key_ID", re.sub(r"tgk-[A-Za-z0-9_-]+", "tgk-KEY", text))
+        return _normal(re.sub(r"-[0-9a-f]{16}\b", "-HASH", text), {})
+
+    create, key_create = _commands(_block("taskgate budgets create --id team-a"), budget)
+    assert _cli(gateway, *create).returncode == 0
+    created = _cli(gateway, *key_create)
+    assert created.returncode == 0, created.stderr
+    assert normal(created.stdout) == normal(_block("created key key_"))
+    key = re.search(r"tgk-[A-Za-z0-9_-]+", created.stdout).group(0)  # type: ignore[union-attr]
+
+    (tmp_path / "agent.py").write_text(_block("import openai  # reads OPENAI_BASE_URL"))
+    runs_block = _block("export TASKGATE_BUDGET_KEY=")
+    assert runs_block.splitlines()[0].startswith("export TASKGATE_BUDGET_KEY=tgk-")
+    *runs, listing = _commands(runs_block, budget)
+    shown_runs = [line.split("  # ", 1)[1] for line in runs_block.splitlines() if line.startswith("taskgate run")]
+    assert len(runs) == 2 and runs[0] == runs[1] == ["run", "--", "python", "agent.py"]
+    started = []
+    for argv, shown in zip(runs, shown_runs):
+        env = {"TASKGATE_BUDGET_KEY": key}
+        p = subprocess.run([sys.executable, "-m", "app.cli", *argv[:-2], sys.executable, "agent.py"], cwd=tmp_path,
+                           env={**os.environ, "TASKGATE_URL": gateway.url, **env}, capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.count("turn ") == 5
+        assert normal(p.stderr)[0].startswith(normal(shown)[0].removesuffix("(...)")), (p.stderr, shown)
+        started.append(re.search(names, p.stderr).group(0))  # type: ignore[union-attr]
+    table = _cli(gateway, *listing)
+    assert table.returncode == 0, table.stderr
+    rows = table.stdout.strip().splitlines()[1:]
+    assert sorted(row.split()[0] for row in rows) == sorted(
+        t["id"] for t in _api_tasks(gateway, budget)) and len(rows) == 2
+    assert all(any(row.split()[0].startswith(f"{budget}-run-{name}-") for row in rows) for name in started)
+    squeeze = lambda s: re.sub(r"\s+", " ", s).strip()  # noqa: E731 - column widths follow the ids
+    shown_table = normal(_block(" id                                                        status"))
+    assert [squeeze(line) for line in normal(table.stdout)] == [squeeze(line) for line in shown_table]
+
+    # README's point 3: the same agent twice with only the export lines is one task
+    merged = f"{budget}-merged"
+    assert _cli(gateway, "budgets", "create", "--id", merged).returncode == 0
+    other = re.search(r"tgk-[A-Za-z0-9_-]+", _cli(gateway, *key_create[:2], merged, *key_create[3:]).stdout)
+    env = {**os.environ, "OPENAI_BASE_URL": gateway.url + "/v1", "OPENAI_API_KEY": other.group(0)}  # type: ignore[union-attr]
+    for _ in range(2):
+        assert subprocess.run([sys.executable, "agent.py"], cwd=tmp_path, env=env, capture_output=True,
+                              timeout=120).returncode == 0
+    assert [(t["admitted_requests"], t["request_limit"]) for t in _api_tasks(gateway, merged)] == [(10, 10)]
+
+
+def _api_tasks(gateway, budget: str) -> list[dict]:
+    r = httpx.get(gateway.url + "/admin/tasks", params={"budget": budget}, timeout=30,
+                  headers={"authorization": f"Bearer {ADMIN_TOKEN}"})
+    assert r.status_code == 200, r.text
+    return r.json()["data"]
