@@ -86,3 +86,19 @@ def test_verbose_adds_the_logs_and_the_stop_detail() -> None:
     assert LOG_LINE.search(run.stdout) and "task demo-task stopped: repeated_tool_call" in run.stdout
     assert "stop_detail: {" in run.stdout and '"arguments_hash":' in run.stdout
     assert "upstream saw 5 requests" in run.stdout
+
+
+def test_the_mcp_demo_stops_a_tool_loop_and_the_model_with_it() -> None:
+    """``taskgate demo --mcp``: an agent on the mcp SDK calls the same grep through /mcp;
+    the 6th call is refused with the stop sentence and never reaches the MCP server, and
+    the task's model call is refused too. The story only (no log lines)."""
+    run = _demo("--mcp")
+    assert run.returncode == 0, run.stdout
+    lines = run.stdout.splitlines()
+    assert sum(line.startswith("call ") and "→ ''" in line for line in lines) == 5
+    assert any(line.startswith("call  6: refused by taskgate (JSON-RPC -32001): Task 'demo-mcp-task' is stopped")
+               for line in lines)
+    assert "model call: refused too (HTTP 400): one latch for tools and tokens" in lines
+    assert "task demo-mcp-task: status=stopped stop_reason=repeated_tool_call tool_calls=5" in lines
+    assert lines[-1] == "MCP server ran 5 calls; the refused one never reached it."
+    assert "INFO" not in run.stdout

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: and the process around it. Everything else in ``app`` (but the scripted upstream of
 #: ``app.testing``) is the core: what decides and relays, readable and testable without
 #: these rooms.
-ABOVE = ("app.admin", "app.console", "app.cli", "app.main", "app.handlers", "app.demo",
+ABOVE = ("app.admin", "app.console", "app.cli", "app.main", "app.handlers", "app.demo", "app.demo_mcp",
          "app.startup", "app.server", "app.testing")
 MAX_LINES = 400
 

@@ -134,11 +134,18 @@ def migrate() -> None:
 @click.option("--max-turns", default=20, show_default=True, help="Give up after this many agent turns.")
 @click.option("--verbose", "-v", is_flag=True,
               help="Also print the gateway's log lines and the stop's detail (hashes, thresholds).")
-def demo(max_turns: int, verbose: bool) -> None:
-    """Watch the loop guard stop a looping agent (gateway + scripted upstream + agent)."""
-    from app.demo import run_demo
+@click.option("--mcp", is_flag=True, help="An agent looping on an MCP tool through /mcp instead.")
+def demo(max_turns: int, verbose: bool, mcp: bool) -> None:
+    """Watch the loop guard stop a looping agent (gateway + scripted upstream + agent);
+    with --mcp, an agent calling the same MCP tool through the gateway over and over."""
+    if mcp:
+        from app.demo_mcp import run_mcp_demo
 
-    task = run_demo(max_turns=max_turns, verbose=verbose)
+        task = run_mcp_demo(max_calls=max_turns, verbose=verbose)
+    else:
+        from app.demo import run_demo
+
+        task = run_demo(max_turns=max_turns, verbose=verbose)
     if task["status"] != "stopped":
         raise SystemExit(1)
 
