@@ -368,3 +368,25 @@ def test_a_huge_result_is_judged_off_the_loop_and_bounded(mcp_gateway, mcp_admin
     over = _raw(mcp_gateway, token, _tools_call("big", {"chars": 3_000_000}, 2)).json()
     assert over["error"]["code"] == -32002 and "more than 2000000 bytes" in over["error"]["message"]
     assert mcp_admin.task(task_id)["tool_calls"] == 2
+
+
+def test_a_session_works_through_any_replica(database_url, upstream, mcp_gateway, mcp_admin, mcp_server, time_server,
+                                             tmp_path):
+    """The gateway keeps no session state: a session opened (initialize, 2025-11-25)
+    through one gateway goes on through another."""
+    config = tmp_path / "taskgate.yaml"
+    config.write_text(_CONFIG.format(upstream=upstream.base_url, mcp=mcp_server.url, down=free_port(),
+                                     time=time_server.url))
+    task_id, token = mcp_admin.create_task()
+    legacy = {"mcp-protocol-version": "2025-11-25"}
+    with GatewayProcess(database_url, upstream.base_url, TASKGATE_CONFIG=str(config), FIXTURE_SECRET="s") as other:
+        opened = _raw(mcp_gateway, token, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+            headers={**legacy, "mcp-method": "initialize"})
+        session = {**legacy, "mcp-session-id": opened.headers["mcp-session-id"]}
+        assert _raw(other, token, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    headers=session).status_code == 202
+        body = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "count", "arguments": {}}}
+        answer = _raw(other, token, body, headers=session)
+        assert answer.status_code == 200 and '"call ' in answer.text
+    assert mcp_admin.task(task_id)["tool_calls"] == 1
