@@ -92,25 +92,24 @@ def test_walkthrough_budget_key_runs_match_a_real_run(gateway, tmp_path):
         text = re.sub(r"key_[0-9a-f]{16}", "key_ID", re.sub(r"tgk-[A-Za-z0-9_-]+", "tgk-KEY", text))
         return _normal(re.sub(r"-[0-9a-f]{16}\b", "-HASH", text), {})
 
-    create, key_create = _commands(_block("taskgate budgets create --id team-a"), budget)
+    block = _block("taskgate budgets create --id team-a")
+    create, key_create, *runs, listing = _commands(block, budget)
     assert _cli(gateway, *create).returncode == 0
     created = _cli(gateway, *key_create)
     assert created.returncode == 0, created.stderr
-    assert normal(created.stdout) == normal(_block("created key key_"))
-    key = re.search(r"tgk-[A-Za-z0-9_-]+", created.stdout).group(0)  # type: ignore[union-attr]
+    assert "export TASKGATE_BUDGET_KEY=<the key shown>" in block
+    shown_key = re.search(r"^key: (tgk-[A-Za-z0-9_-]+)  \(shown only once\)$", created.stdout, re.M)
+    assert shown_key, created.stdout
+    key = shown_key.group(1)
 
     (tmp_path / "agent.py").write_text(_block("import openai  # reads OPENAI_BASE_URL"))
-    runs_block = _block("export TASKGATE_BUDGET_KEY=")
-    assert runs_block.splitlines()[0].startswith("export TASKGATE_BUDGET_KEY=tgk-")
-    *runs, listing = _commands(runs_block, budget)
-    shown_runs = [line.split("  # ", 1)[1] for line in runs_block.splitlines() if line.startswith("taskgate run")]
+    shown_runs = [line.split("  # ", 1)[1] for line in block.splitlines() if line.startswith("taskgate run")]
     assert len(runs) == 2 and runs[0] == runs[1] == ["run", "--", "python", "agent.py"]
     started = []
-    for argv, shown in zip(runs, shown_runs):
-        env = {"TASKGATE_BUDGET_KEY": key}
+    for argv, shown in zip(runs, shown_runs):  # python: this interpreter
         p = subprocess.run([sys.executable, "-m", "app.cli", *argv[:-2], sys.executable, "agent.py"], cwd=tmp_path,
-                           env={**os.environ, "TASKGATE_URL": gateway.url, **env}, capture_output=True, text=True,
-                           timeout=120)
+                           env={**os.environ, "TASKGATE_URL": gateway.url, "TASKGATE_BUDGET_KEY": key},
+                           capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
         assert p.stdout.count("turn ") == 5
         assert normal(p.stderr)[0].startswith(normal(shown)[0].removesuffix("(...)")), (p.stderr, shown)
@@ -125,11 +124,12 @@ def test_walkthrough_budget_key_runs_match_a_real_run(gateway, tmp_path):
     shown_table = normal(_block(" id                                                        status"))
     assert [squeeze(line) for line in normal(table.stdout)] == [squeeze(line) for line in shown_table]
 
-    # README's point 3: the same agent twice with only the export lines is one task
+    # README's last words: the key as OPENAI_API_KEY and the same agent twice is one task
     merged = f"{budget}-merged"
     assert _cli(gateway, "budgets", "create", "--id", merged).returncode == 0
     other = re.search(r"tgk-[A-Za-z0-9_-]+", _cli(gateway, *key_create[:2], merged, *key_create[3:]).stdout)
-    env = {**os.environ, "OPENAI_BASE_URL": gateway.url + "/v1", "OPENAI_API_KEY": other.group(0)}  # type: ignore[union-attr]
+    assert other
+    env = {**os.environ, "OPENAI_BASE_URL": gateway.url + "/v1", "OPENAI_API_KEY": other.group(0)}
     for _ in range(2):
         assert subprocess.run([sys.executable, "agent.py"], cwd=tmp_path, env=env, capture_output=True,
                               timeout=120).returncode == 0

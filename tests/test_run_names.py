@@ -115,7 +115,8 @@ def test_a_run_named_in_the_path() -> None:
     blank = unprefixed(_scope("/run/job-1/v1/models", headers=[(b"x-taskgate-run", b" ")]))
     assert blank is not None and blank["headers"][-1] == (b"x-taskgate-run", b"job-1")
     # not a run name, no rest, or the name spelled with escapes: nothing rewritten
-    for path in ("/run/.x/v1/models", "/run/a b/v1/models", "/run/job-1", "/run//v1/models", "/run/" + "x" * 129 + "/v1"):
+    for path in ("/run/.x/v1/models", "/run/a b/v1/models", "/run/job-1", "/run//v1/models",
+                 "/run/" + "x" * 129 + "/v1/models"):
         assert unprefixed(_scope(path)) is None, path
     assert unprefixed(_scope("/run/job-1/v1/models", b"/run/job%2D1/v1/models")) is None
 
