@@ -262,3 +262,28 @@ def test_taskgate_run_with_a_key_continues_a_named_run_and_gives_the_agent_its_r
 def test_taskgate_run_with_a_key_refuses_what_does_not_fit(gateway, args: list[str], says: str) -> None:
     p = _run(gateway, *args, "--", sys.executable, "-c", "print('started')")
     assert p.returncode == 2 and says in p.stderr and "started" not in p.stdout, p.stderr
+
+
+def test_the_longest_run_task_id_through_admission_the_admin_api_and_the_tasks_list(gateway) -> None:
+    """A 64-character budget and a run name past 40 characters: the run's task id is 126
+    characters, admitted on, read back by id, and listed by `taskgate tasks list` piped
+    (as scripts read it) one line a row under a one-line header."""
+    api = _api(gateway)
+    budget = "b" + secrets.token_hex(3) + "-" * 2 + "x" * 55  # 64 characters
+    assert api.post("/admin/budgets", json={"id": budget}).status_code == 201
+    r = api.post(f"/admin/budgets/{budget}/keys", json={"template": {}})
+    key_id, key = r.json()["id"], r.json()["key"]
+    run = "nightly build of the payments service, retry 2"
+    assert _chat(gateway, "/v1/chat/completions", key, **{"x-taskgate-run": run}) == 200
+    task_id = run_task_id(budget, key_id, run)
+    assert len(task_id) == 126 and task_id.startswith(f"{budget}-run-nightly-build-of-the-payments-service-")
+    assert api.get(f"/admin/tasks/{task_id}").json()["admitted_requests"] == 1
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TASKGATE_")}
+    env.update(TASKGATE_URL=gateway.url, TASKGATE_ADMIN_TOKEN=ADMIN_TOKEN)
+    p = subprocess.run([sys.executable, "-m", "app.cli", "tasks", "list", "--budget", budget], capture_output=True,
+                       text=True, timeout=60, env=env)
+    lines = p.stdout.rstrip("\n").splitlines()
+    assert len(lines) == 2, p.stdout
+    assert lines[0].split() == ["id", "status", "requests", "refused", "tokens", "tool", "calls", "dollars",
+                                "(spent/ceiling", "+reserved)", "stop", "reason"]
+    assert lines[1].split()[:3] == [task_id, "active", "1"]

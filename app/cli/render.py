@@ -49,15 +49,19 @@ def cost_cell(t: dict) -> str:
             + f" +{dollars(t.get('reserved_usd'))}")
 
 
-#: Width of the tasks list when the output is not a terminal (scripts, grep): one line a row.
+#: Least width of a list when the output is not a terminal (scripts, grep).
 PIPED_WIDTH = 160
 
 
 def print_wide(table: Table) -> None:
-    """A list (tasks, budgets) at the terminal's width, else at :data:`PIPED_WIDTH`: one
-    line a row for scripts and grep, not cells wrapped at 80 columns."""
-    console = out if out.is_terminal else Console(highlight=False, soft_wrap=True, width=PIPED_WIDTH)
-    console.print(table)
+    """A list (tasks, budgets) at the terminal's width, else as wide as its widest row
+    (at least :data:`PIPED_WIDTH`): one line a row for scripts and grep, not cells wrapped
+    at 80 columns, however long its ids (a budget key's run task id has up to 126)."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    width = max(PIPED_WIDTH, Console(width=10_000).measure(table).maximum)  # measures are capped at the width
+    Console(highlight=False, soft_wrap=True, width=width).print(table)
 
 
 def print_tasks(tasks: list[dict]) -> None:
