@@ -14,6 +14,10 @@ logs, stop webhook and traces) subscribe once at start-up (:func:`app.main.creat
   (:func:`app.admission.admission.admit`), admitted or refused, with its duration.
 - :data:`LOOP_WARNED` (:class:`LoopWarned`): the loop guard's warning was added to a
   forwarded request.
+- :data:`LOOP_STRUCK` (:class:`LoopStruck`): a soft loop rule struck an answer (cut or
+  withheld it) without stopping the task (:mod:`app.guard.strikes`);
+  :data:`LOOP_NOTED` (:class:`LoopNoted`): a gateway note (a strike's, a warning's,
+  ``no_progress``) was added to a forwarded request.
 - :data:`GATEWAY_ANSWERED` (:class:`GatewayAnswered`): a request the gateway answered
   itself, never forwarded (a refusal, a 4xx, a 503); emitted by the error handler.
 - :data:`COST_SETTLED` (:class:`CostSettled`): a request with a dollar reservation
@@ -135,6 +139,26 @@ class LoopWarned:
 
 
 @dataclass(frozen=True, slots=True)
+class LoopStruck:
+    """A strike of ``rule`` (``repeated_output``, ``repeated_response``, ``no_progress``)
+    on ``task_id``, the ``strike``-th in its conversation's window."""
+
+    task_id: str
+    rule: str
+    strike: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoopNoted:
+    """A gateway note about ``rule`` was due in a request of ``task_id`` forwarded
+    upstream; ``delivered``: it was added (``TASKGATE_GUARD_NOTES``)."""
+
+    task_id: str
+    rule: str
+    delivered: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class GatewayAnswered:
     """The gateway answered a request on ``path`` itself with ``error``."""
 
@@ -215,6 +239,8 @@ EXCHANGE_STARTED: Channel[ExchangeStarted] = Channel("exchange_started")
 EXCHANGE_FINISHED: Channel[ExchangeFinished] = Channel("exchange_finished")
 ADMISSION_DONE: Channel[AdmissionDone] = Channel("admission_done")
 LOOP_WARNED: Channel[LoopWarned] = Channel("loop_warned")
+LOOP_STRUCK: Channel[LoopStruck] = Channel("loop_struck")
+LOOP_NOTED: Channel[LoopNoted] = Channel("loop_noted")
 GATEWAY_ANSWERED: Channel[GatewayAnswered] = Channel("gateway_answered")
 COST_SETTLED: Channel[CostSettled] = Channel("cost_settled")
 COST_HELD: Channel[CostHeld] = Channel("cost_held")

@@ -263,11 +263,8 @@ class Settings(BaseSettings):
     tool_call_limit: int | None = None
     loop_warning: bool = False
     loop_warning_after: int = 3
-    error_patterns: tuple[str, ...] | None = Field(
-        default=None,
-        description="Regexes (RE2 syntax, linear time) marking a tool result as failed; unset uses "
-        "the built-in defaults.",
-    )
+    error_patterns: tuple[str, ...] | None = Field(default=None, description="Regexes (RE2 syntax, linear "
+                                                   "time) marking a tool result as failed; unset: the defaults.")
 
     # --- loop guard: result normalisation, failure and empty-result rules ----------
     result_normalizer_defaults: bool = Field(
@@ -296,9 +293,7 @@ class Settings(BaseSettings):
         "normalised and searched for failure patterns (app/guard/result_prints.py).",
     )
     ledger_raw_result_hash: bool = Field(
-        default=False,
-        description="Also keep the SHA-256 of each raw (unnormalised) tool result in the ledger.",
-    )
+        default=False, description="Also keep the SHA-256 of each raw (unnormalised) tool result in the ledger.")
     empty_result_streak: int = Field(
         default=12, ge=1,
         description="repeated_empty_result: empty results of one tool in a row, whatever the arguments.",
@@ -308,16 +303,20 @@ class Settings(BaseSettings):
         description="Regexes (whole result, case-insensitive) marking a no-match message as an empty "
         "result; unset uses the built-in defaults.",
     )
-    response_repeats: int = Field(
-        default=5, ge=0,
-        description="repeated_response: identical text answers without tool calls in a row in one "
-        "conversation (answers); 0 disables.",
-    )
-    repeated_output: bool = Field(
-        default=True,
-        description="repeated_output: cut a streamed answer that keeps repeating one passage "
-        "(app/guard/repeated_output.py) and stop the task.",
-    )
+    response_repeats: int = Field(default=5, ge=0, description="repeated_response: identical text answers "
+                                  "without tool calls in a row in one conversation (answers); 0 disables.")
+    repeated_output: bool = Field(default=True, description="repeated_output: watch an answer for one passage "
+                                  "repeating (app/guard/repeated_output.py).")
+    rule_actions: dict[Literal["repeated_output", "repeated_response", "no_progress"],
+                       Literal["latch", "strike", "warn"]] = Field(
+        default_factory=dict, description="What a soft rule does (app/guard/strike_rules.py), JSON object; "
+        "defaults repeated_output and repeated_response strike, no_progress warns.")
+    strike_window_s: float = Field(default=3600.0, gt=0, description="A second strike in one conversation "
+                                   "within this many seconds latches the task.")
+    guard_notes: bool = Field(default=True, description="Add the gateway note of a strike or warning to the "
+                              "conversation's next forwarded request.")
+    no_progress_reruns: int = Field(default=8, ge=0, description="no_progress: identical re-runs of one check "
+                                    "after other steps that warn (app/guard/progress.py); 0 disables.")
     conversation_request_limit: int | None = Field(
         default=None, ge=0, description="Admitted requests per conversation (requests); unset: no ceiling.")
     conversation_tool_call_limit: int | None = Field(

@@ -36,6 +36,10 @@ class LoopGuard:
     repeated_output: bool | None = None
     result_normalizer_defaults: bool | None = None
     result_normalizers: tuple[str, ...] | None = None
+    #: Rule name -> ``latch``, ``strike`` or ``warn`` (:mod:`app.guard.strike_rules`).
+    rule_actions: Mapping[str, str] | None = None
+    #: ``no_progress``: identical re-runs of one check after other steps (:mod:`app.guard.progress`).
+    no_progress_reruns: int | None = None
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any] | None) -> LoopGuard:
@@ -107,6 +111,10 @@ class Task:
     updated_at: datetime
     #: The fleet budget the task draws from (``None``: none).
     budget_id: str | None = None
+    #: Strikes the task drew (:mod:`app.guard.strike_rules`), and conversations holding a
+    #: gateway note their next request carries (0: admission reads none).
+    strikes: int = 0
+    pending_notes: int = 0
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Task:

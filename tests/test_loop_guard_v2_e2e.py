@@ -164,7 +164,7 @@ def test_long_answers_repeating_table_rows_are_not_a_loop(gateway, admin, upstre
 # ------------------------------------------------------------ repeated_response
 
 def test_the_same_answer_five_times_stops_the_task(gateway, admin, upstream):
-    task_id, token = admin.create_task()
+    task_id, token = admin.create_task(loop_guard={"rule_actions": {"repeated_response": "latch"}})
     upstream.script("text", text="I have finished the task.")
     step = text_agent(gateway, token)
     for _ in range(6):  # the answer to the opening question is not a repeat of anything yet

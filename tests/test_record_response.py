@@ -165,7 +165,7 @@ async def test_accounting_sets_a_failed_repeated_response_latch_again_counting_t
     """The same for a text answer's ``repeated_response`` stop: the answer's statement has
     committed its usage and streak when the latch fails; the latch is set again on its
     own and the usage stays counted once."""
-    settings = Settings(database_url=database_url, response_repeats=2)
+    settings = Settings(database_url=database_url, response_repeats=2, rule_actions={"repeated_response": "latch"})
     task_id = await _task(pool)
     real, attempts = task_rows.set_latch, []
 
@@ -188,7 +188,7 @@ async def test_accounting_sets_a_failed_repeated_response_latch_again_counting_t
 async def test_a_text_answer_is_judged_by_the_tasks_own_response_repeats(pool, database_url):
     """The answer's statement returns only the task's status and ``loop_guard``: the
     task's own ``response_repeats`` still decides (2 here; the global 5 would not stop)."""
-    settings = Settings(database_url=database_url, response_repeats=5)
+    settings = Settings(database_url=database_url, response_repeats=5, rule_actions={"repeated_response": "latch"})
     own, plain = await _task(pool, loop_guard={"response_repeats": 2}), await _task(pool)
     for task_id in (own, plain):
         for _ in range(2):

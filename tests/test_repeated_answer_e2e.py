@@ -21,6 +21,11 @@ CANNED = [
 ]
 
 
+#: The tests of the latch: repeated_response's action set to latch (its default strikes first,
+#: tests/test_strikes_e2e.py).
+LATCH = {"rule_actions": {"repeated_response": "latch"}}
+
+
 def client(gateway, token: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
 
@@ -31,7 +36,7 @@ def test_answer_repeats_rule():
 
 
 def test_separate_one_shot_runs_behind_a_canned_prefix_are_not_stopped(gateway, admin, upstream):
-    task_id, token = admin.create_task()
+    task_id, token = admin.create_task(loop_guard=LATCH)
     upstream.script("text", text="Hi!")
     c = client(gateway, token)
     for _ in range(8):  # eight `--message "say hi"` runs: each one fresh request, same answer
@@ -40,7 +45,7 @@ def test_separate_one_shot_runs_behind_a_canned_prefix_are_not_stopped(gateway, 
 
 
 def test_a_conversation_behind_the_prefix_repeating_its_answer_is_stopped(gateway, admin, upstream):
-    task_id, token = admin.create_task()
+    task_id, token = admin.create_task(loop_guard=LATCH)
     upstream.script("text", text="Hi!")
     c = client(gateway, token)
     messages = [*CANNED, {"role": "user", "content": "say hi"}]
@@ -52,7 +57,7 @@ def test_a_conversation_behind_the_prefix_repeating_its_answer_is_stopped(gatewa
 
 
 def test_an_answer_the_model_was_not_shown_ends_the_run(gateway, admin, upstream):
-    task_id, token = admin.create_task()
+    task_id, token = admin.create_task(loop_guard=LATCH)
     upstream.script("text", text="Hi!")
     c = client(gateway, token)
     messages = [{"role": "user", "content": "say hi"}]
@@ -64,7 +69,7 @@ def test_an_answer_the_model_was_not_shown_ends_the_run(gateway, admin, upstream
 
 
 def test_answers_differing_only_in_ids_are_stopped_by_the_text_fallback(gateway, admin, upstream):
-    task_id, token = admin.create_task()
+    task_id, token = admin.create_task(loop_guard=LATCH)
     c = client(gateway, token)
     ids = itertools.count(0xA0000000)
     messages = [{"role": "user", "content": "fix the test"}]

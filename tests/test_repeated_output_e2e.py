@@ -12,6 +12,9 @@ import openai
 import pytest
 
 USER = [{"role": "user", "content": "explain the configuration"}]
+#: The tests of the latch: repeated_output's action set to latch (its default strikes first,
+#: tests/test_strikes_e2e.py).
+LATCH = {"rule_actions": {"repeated_output": "latch"}}
 #: The terminal error's message of a stream cut for repeating itself, in every wire format.
 CUT_SENTENCE = ("The model kept repeating the same passage in this answer; taskgate cut the stream and "
                 "stopped the task (repeated_output).")
@@ -25,7 +28,7 @@ def wait_for_stop(admin, task_id: str, timeout: float = 5) -> dict:
 
 
 def test_chanting_chat_stream_is_cut_and_the_task_latched(gateway, admin, upstream):
-    task_id, token = admin.create_task()
+    task_id, token = admin.create_task(loop_guard=LATCH)
     upstream.script("chant", repeats=60, chunks=60, chunk_delay_s=0.01)  # trickled: cut mid-answer
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
     pieces: list[str] = []
@@ -44,7 +47,7 @@ def test_chanting_chat_stream_is_cut_and_the_task_latched(gateway, admin, upstre
 
 
 def test_chanting_responses_stream_ends_with_response_failed(gateway, admin, upstream):
-    task_id, token = admin.create_task()
+    task_id, token = admin.create_task(loop_guard=LATCH)
     upstream.script("chant", repeats=60, chunks=60, chunk_delay_s=0.01)
     r = httpx.post(gateway.url + "/v1/responses", headers={"authorization": f"Bearer {token}"},
                    json={"model": "mock-model", "input": "explain", "stream": True}, timeout=30)
@@ -56,7 +59,7 @@ def test_chanting_responses_stream_ends_with_response_failed(gateway, admin, ups
 
 
 def test_chanting_messages_stream_ends_with_an_error_event(gateway, admin, upstream):
-    task_id, token = admin.create_task()
+    task_id, token = admin.create_task(loop_guard=LATCH)
     upstream.script("chant", repeats=60, chunks=60, chunk_delay_s=0.01)
     client = anthropic.Anthropic(base_url=gateway.url, api_key=token, max_retries=0)
     with pytest.raises(anthropic.APIStatusError) as exc:
@@ -67,7 +70,7 @@ def test_chanting_messages_stream_ends_with_an_error_event(gateway, admin, upstr
 
 
 def test_a_chanting_answer_that_arrived_whole_is_not_cut_but_latches_the_task(gateway, admin, upstream):
-    task_id, token = admin.create_task()
+    task_id, token = admin.create_task(loop_guard=LATCH)
     upstream.script("chant", repeats=60, chunks=60)  # one write: relayed whole before it is read
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
     with client.chat.completions.stream(model="mock-model", messages=USER) as s:
@@ -76,7 +79,7 @@ def test_a_chanting_answer_that_arrived_whole_is_not_cut_but_latches_the_task(ga
 
 
 def test_chanting_in_a_body_latches_the_task(gateway, admin, upstream):
-    task_id, token = admin.create_task()
+    task_id, token = admin.create_task(loop_guard=LATCH)
     upstream.script("chant", repeats=60)
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
     answer = client.chat.completions.create(model="mock-model", messages=USER).choices[0].message.content
@@ -119,7 +122,7 @@ def refusal_prefix(task_id: str, why: str) -> str:
 
 
 def test_the_refusal_after_a_cut_stream_says_the_stream_was_cut(gateway, admin, upstream):
-    task_id, token = admin.create_task()
+    task_id, token = admin.create_task(loop_guard=LATCH)
     upstream.script("chant", repeats=60, chunks=60, chunk_delay_s=0.01)
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
     with pytest.raises(openai.APIError):
@@ -133,7 +136,7 @@ def test_the_refusal_after_a_cut_stream_says_the_stream_was_cut(gateway, admin, 
 
 
 def test_the_refusal_after_a_non_streamed_repeating_answer_says_it_was_delivered_whole(gateway, admin, upstream):
-    task_id, token = admin.create_task()
+    task_id, token = admin.create_task(loop_guard=LATCH)
     upstream.script("chant", repeats=60)
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
     assert client.chat.completions.create(model="mock-model", messages=USER).choices[0].message.content
@@ -149,7 +152,7 @@ def test_the_refusal_after_a_non_streamed_repeating_answer_says_it_was_delivered
 
 
 def test_the_refusal_after_a_stream_that_arrived_whole_says_it_was_not_cut(gateway, admin, upstream):
-    task_id, token = admin.create_task()
+    task_id, token = admin.create_task(loop_guard=LATCH)
     upstream.script("chant", repeats=60, chunks=60)  # one write: relayed whole before it is read
     client = anthropic.Anthropic(base_url=gateway.url, api_key=token, max_retries=0)
     with client.messages.stream(model="mock-model", max_tokens=100, messages=USER) as s:

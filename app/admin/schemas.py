@@ -96,6 +96,14 @@ class LoopGuardOverrides(BaseModel):
         None, description="repeated_response: identical text answers in a row (answers); 0 disables.")
     repeated_output: StrictBool | None = Field(
         None, description="repeated_output: cut a streamed answer that keeps repeating one passage.")
+    rule_actions: dict[Literal["repeated_output", "repeated_response", "no_progress"],
+                       Literal["latch", "strike", "warn"]] | None = Field(
+        None, description="What a soft rule does: latch (stop the task), strike (cut or withhold the answer and "
+        "note it to the model; a second strike in the conversation within TASKGATE_STRIKE_WINDOW_S latches) or "
+        "warn (note only). Default TASKGATE_RULE_ACTIONS, else repeated_output and repeated_response strike, "
+        "no_progress warns.")
+    no_progress_reruns: Repeats | None = Field(
+        None, description="no_progress: identical re-runs of one check after other steps (runs); 0 disables.")
     result_normalizer_defaults: StrictBool | None = Field(
         None, description="Apply the built-in result normalisers (default TASKGATE_RESULT_NORMALIZER_DEFAULTS).")
     result_normalizers: list[Pattern] | None = Field(
@@ -240,6 +248,9 @@ class Task(BaseModel):
     default_max_output_tokens: int | None = None
     unmetered_responses: int = Field(0, description="Answers upstream reported no usage for: their tokens are "
                                      "unknown (not 0) and not in input_tokens/output_tokens.")
+    strikes: int = Field(0, description="Strikes the task drew: answers the loop guard cut or withheld without "
+                         "stopping the task (repeated_output, repeated_response; events kind loop_strike).")
+    pending_notes: int = Field(0, description="Conversations holding a gateway note their next request carries.")
     allowed_models: list[str] | None = None
     budget: str | None = Field(None, description="The budget the task draws from.")
     metadata: dict[str, Any]

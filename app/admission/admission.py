@@ -75,7 +75,9 @@ from app.errors import GatewayError, fail_closed, unauthorized
 from app.guard import conversations
 from app.guard.conversation_rules import conversation_breach
 from app.guard.detector import Action, Verdict
+from app.guard import strikes
 from app.guard.ledger import GuardRequest, record_request
+from app.guard.strike_rules import STRIKE
 from app.guard.policy import Policy
 from app.settings import Settings
 from app.task import Task
@@ -339,6 +341,13 @@ async def _judge(conn: asyncpg.Connection, task: Task, policy: Policy,
     verdict = None
     if guard is not None:
         verdict = await record_request(conn, task, guard, policy, request_id=request_id)
+        if verdict.action is Action.STOP and policy.rule_action(verdict.reason or "") == STRIKE:  # no_progress
+            judged = await strikes.apply_locked(conn, task.id, conversation_key, verdict.reason or "", STRIKE,
+                                                verdict.detail, policy.settings, request_id=request_id,
+                                                pending_note=False)  # noted in this request
+            if judged.applied is strikes.Applied.LATCHED:
+                return stop_refusal(task, verdict.reason, verdict.detail), verdict
+            verdict = Verdict(Action.WARN, verdict.reason, verdict.count, verdict.detail)
         if verdict.action is Action.STOP:
             return await _latch(conn, task, verdict.reason or "stopped", dict(verdict.detail), request_id), verdict
     now = datetime.now(timezone.utc)

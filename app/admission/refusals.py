@@ -20,6 +20,7 @@ import asyncpg
 
 from app.admission.limits import counters_sentence, explain_stop, limit_since_stop
 from app.errors import GatewayError, task_stopped
+from app.guard.strike_rules import DEFAULT_ACTIONS, strike_event_sentence
 from app.task import Task
 
 logger = logging.getLogger("app.admission.admission")
@@ -98,6 +99,8 @@ def event_message(kind: str, reason: str | None, detail: Mapping[str, Any] | Non
         before, after = d.get("before") or {}, d.get("after") or {}
         changes = ", ".join(f"{k} {before.get(k)} → {v}" for k, v in after.items())
         return f"Limits changed: {changes}." if changes else "Limits changed."
+    if kind == "loop_strike" or (kind == "loop_warning" and reason in DEFAULT_ACTIONS):
+        return strike_event_sentence(kind, reason, d)
     if kind == "loop_warning":
         return (f"Loop guard warned the model: {d.get('tool_name', 'a tool')} repeated "
                 f"{d.get('count', d.get('repeats', '?'))} times.")

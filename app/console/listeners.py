@@ -6,7 +6,9 @@ lines and the stop webhook. :func:`subscribe` is called once by
   metrics, a warning line when upstream stalled or failed, and the request log's row
   (:mod:`app.console.request_log`);
 - admission done: ``taskgate_admission_duration_seconds``;
-- loop warned: ``taskgate_loop_warnings_total``;
+- loop warned: ``taskgate_loop_warnings_total``; loop struck:
+  ``taskgate_loop_strikes_total{rule}``; loop noted: ``taskgate_loop_notes_total{rule}``
+  and, for ``no_progress``, ``taskgate_no_progress_signals_total``;
 - gateway answered: the refusal and error counters;
 - cost settled: ``taskgate_reservation_ratio`` (reservation / actual cost);
 - cost held: ``taskgate_cost_holds_total`` by outcome, ``taskgate_cost_hold_seconds``;
@@ -57,6 +59,17 @@ def loop_warned(event: events.LoopWarned) -> None:
     metrics.LOOP_WARNINGS.inc()
 
 
+def loop_struck(event: events.LoopStruck) -> None:
+    metrics.LOOP_STRIKES.labels(event.rule if event.rule in metrics.SOFT_RULES else "other").inc()
+
+
+def loop_noted(event: events.LoopNoted) -> None:
+    if event.delivered:
+        metrics.LOOP_NOTES.labels(event.rule if event.rule in metrics.SOFT_RULES else "other").inc()
+    if event.rule == "no_progress":
+        metrics.NO_PROGRESS.inc()
+
+
 def gateway_answered(event: events.GatewayAnswered) -> None:
     metrics.observe_gateway_error(event.path, event.error)
 
@@ -105,6 +118,8 @@ def subscribe() -> None:
     events.EXCHANGE_FINISHED.subscribe(request_log.record)
     events.ADMISSION_DONE.subscribe(admission_done)
     events.LOOP_WARNED.subscribe(loop_warned)
+    events.LOOP_STRUCK.subscribe(loop_struck)
+    events.LOOP_NOTED.subscribe(loop_noted)
     events.GATEWAY_ANSWERED.subscribe(gateway_answered)
     events.LATCH_SET.subscribe(latch_set)
     events.BUDGET_REFUSED.subscribe(budget_refused)

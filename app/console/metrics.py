@@ -56,8 +56,10 @@ REASONS = frozenset({
     "request_limit", "token_limit", "max_duration", "repeated_stalls", "manual",
     "repeated_tool_call", "tool_call_cycle", "repeated_tool_failure", "tool_call_limit", "cost_limit",
     "repeated_empty_result", "repeated_response", "repeated_output", "conversation_request_limit",
-    "conversation_tool_call_limit", "conversation_max_duration",
+    "conversation_tool_call_limit", "conversation_max_duration", "no_progress",
 })
+#: Label values of ``rule`` of the strike and note counters (the soft rules).
+SOFT_RULES = frozenset({"repeated_output", "repeated_response", "no_progress"})
 #: Label values of ``code`` of a stream cut.
 CUT_CODES = frozenset({"stream_first_event_timeout", "stream_idle_timeout", "stream_truncated",
                        "stream_event_too_large"})
@@ -75,6 +77,12 @@ REFUSALS = Counter("taskgate_refusals", "Requests refused with task_stopped (400
                    ["reason"])
 TASK_STOPS = Counter("taskgate_task_stops", "Stop latches set, by stop reason.", ["reason"])
 LOOP_WARNINGS = Counter("taskgate_loop_warnings", "Loop-guard warnings added to forwarded requests.")
+LOOP_STRIKES = Counter("taskgate_loop_strikes", "Answers a soft loop rule struck (cut or withheld) without "
+                       "stopping the task, by rule.", ["rule"])
+LOOP_NOTES = Counter("taskgate_loop_notes", "Gateway notes (a strike's, a warning's, no_progress) added to "
+                     "forwarded requests, by rule.", ["rule"])
+NO_PROGRESS = Counter("taskgate_no_progress_signals", "Requests carrying a check re-run after other steps with "
+                      "byte-identical output for no_progress_reruns times or more (noted or not).")
 COST_HOLDS = Counter("taskgate_cost_holds", "Requests the dollar ceiling held until reservations in flight "
                      "settled, by how they ended (admitted, timed_out: 429 cost_reserved, refused).", ["outcome"])
 COST_HOLD_SECONDS = Histogram("taskgate_cost_hold_seconds", "How long held requests waited, seconds.",

@@ -77,6 +77,10 @@ tasks = Table(
     Column("budget_id", Text, ForeignKey("budgets.id", ondelete="RESTRICT"), index=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # strikes before the latch (migration 0014): strikes drawn in all, and conversations
+    # holding a gateway note their next request carries
+    Column("strikes", Integer, nullable=False, server_default=text("0")),
+    Column("pending_notes", Integer, nullable=False, server_default=text("0")),
 )
 
 #: Durable history of a task: created, stopped, resumed, limits_changed,
@@ -154,6 +158,13 @@ conversations = Table(
     Column("anchor_items", Integer),
     Column("anchor_hash", Text),
     Column("anchor_model", Text),
+    # strikes before the latch (migration 0014): strikes in the current window, the last
+    # one's time and request, and the note the next request carries (NULL: none)
+    Column("strikes", Integer, nullable=False, server_default=text("0")),
+    Column("strike_at", DateTime(timezone=True)),
+    Column("strike_request", Text),
+    Column("note", Text),
+    Column("note_reason", Text),
 )
 
 #: The request log (migration 0006): one row per relayed response, written by the console

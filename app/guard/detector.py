@@ -39,6 +39,11 @@ Rules (defaults in parentheses; rules 7 and 8 are new in the second generation):
    raises the threshold for that tool, never lowers it.
 8. ``conversation_tool_call_limit``: ``conversation_tool_calls >
    conversation_tool_call_limit`` (the caller passes the conversation's count).
+9. ``no_progress`` (issue 34): the latest check re-run after other steps with
+   byte-identical output ``no_progress_reruns`` (8) times in a row
+   (:func:`app.guard.progress.unchanged_reruns`); ``WARN`` unless
+   ``no_progress_stops`` (its action is ``strike`` or ``latch``,
+   :mod:`app.guard.strike_rules`), then ``STOP`` after every other stop.
 
 Precedence: any stop beats a warn; among stops the first of
 :data:`STOP_PRECEDENCE` wins (most specific diagnosis first: identical, cycle,
@@ -58,6 +63,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.guard.conversation_rules import explain_conversation
+from app.guard.progress import no_progress_detail, unchanged_reruns
+from app.guard.strike_rules import REASON_NO_PROGRESS
 
 DEFAULT_IDENTICAL_STREAK = 5
 DEFAULT_CYCLE_REPEATS = 5
@@ -131,6 +138,9 @@ class Thresholds:
     warn_after: int | None = None
     empty_result_streak: int = DEFAULT_EMPTY_RESULT_STREAK
     conversation_tool_call_limit: int | None = None
+    #: ``no_progress`` threshold (re-runs; 0: off) and whether it stops (else warns).
+    no_progress_reruns: int = 0
+    no_progress_stops: bool = False
 
     def __post_init__(self) -> None:
         counts = {"identical_streak": self.identical_streak, "failure_streak": self.failure_streak,
@@ -143,6 +153,8 @@ class Thresholds:
                 raise ValueError(f"{label} must be >= 1, got {n}")
         if self.cycle_repeats < 2:
             raise ValueError(f"cycle_repeats must be >= 2, got {self.cycle_repeats}")
+        if self.no_progress_reruns < 0:
+            raise ValueError(f"no_progress_reruns must be >= 0, got {self.no_progress_reruns}")
         for label in ("tool_call_limit", "conversation_tool_call_limit"):
             limit = getattr(self, label)
             if limit is not None and limit < 0:
@@ -166,6 +178,9 @@ class Action(enum.Enum):
     OK = "ok"
     WARN = "warn"
     STOP = "stop"
+    #: A soft rule's strike (:mod:`app.guard.strike_rules`): the answer is cut or withheld,
+    #: the task goes on (never returned by :func:`detect`).
+    STRIKE = "strike"
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,8 +328,16 @@ def detect(history: Sequence[CallRecord], thresholds: Thresholds, *, task_tool_c
             or _limit_rule(REASON_TOOL_CALL_LIMIT, task_tool_calls, thresholds.tool_call_limit))
     if stop is not None:
         return stop
+    reruns = unchanged_reruns(done) if thresholds.no_progress_reruns else 0
+    stale = reruns >= thresholds.no_progress_reruns > 0
+    if stale and thresholds.no_progress_stops:
+        return Verdict(Action.STOP, REASON_NO_PROGRESS, reruns,
+                       no_progress_detail(done, reruns, thresholds.no_progress_reruns))
     if thresholds.warn_after is not None and run >= thresholds.warn_after:
         return _identical_verdict(done, run, run_threshold, Action.WARN)
+    if stale:
+        return Verdict(Action.WARN, REASON_NO_PROGRESS, reruns,
+                       no_progress_detail(done, reruns, thresholds.no_progress_reruns))
     return OK
 
 
@@ -329,7 +352,8 @@ def window_size(thresholds: Thresholds) -> int:
     """
     identical = max([thresholds.identical_streak, *thresholds.per_tool.values()])
     cycle = max(CYCLE_LENGTHS) * thresholds.cycle_threshold(thresholds.per_tool)
-    need = max(identical, cycle, thresholds.failure_streak, thresholds.empty_result_streak)
+    need = max(identical, cycle, thresholds.failure_streak, thresholds.empty_result_streak,
+               2 * thresholds.no_progress_reruns)
     return max(MIN_WINDOW, WINDOW_FACTOR * need)
 
 
@@ -351,6 +375,9 @@ def explain(reason: str | None, detail: Mapping[str, Any] | None) -> str | None:
                 f"(threshold {d.get('threshold')})")
     if reason == REASON_TOOL_CALL_LIMIT:
         return f"the task made {d.get('count')} tool calls, over its limit of {d.get('threshold')}"
+    if reason == REASON_NO_PROGRESS:
+        return (f"the agent re-ran {d.get('tool_name')} {d.get('count')} times after other steps and got "
+                f"byte-identical output each time (threshold {d.get('threshold')})")
     if reason == REASON_REPEATED_EMPTY_RESULT:
         return (f"{d.get('tool_name')} came back empty {d.get('count')} times in a row, whatever "
                 f"the arguments (threshold {d.get('threshold')})")

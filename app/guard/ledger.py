@@ -42,7 +42,7 @@ from app.guard.conversation_rules import answer_repeats, repeated_response
 from app.guard.detector import MIN_WINDOW, Action, CallRecord, Thresholds, Verdict, detect, window_size
 from app.guard.ledger_rows import WINDOW_COLUMNS, call_rows, result_rows, window_records
 from app.guard.normalize import Normalizer
-from app.guard.policy import Policy, response_repeats
+from app.guard.policy import Policy, response_repeats, rule_action
 from app.guard.result_prints import RequestPrints, config_for, fingerprints
 from app.settings import Settings
 from app.task import LoopGuard, Task
@@ -365,21 +365,22 @@ async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_ke
     """Add a text answer's usage (and into ``budget_window``) and extend (or end) the
     conversation's run of identical answers in one statement (:data:`_ADD_ANSWER`); latch
     the task with ``repeated_response`` when the run reaches the threshold in force (its
-    own durable transaction: the first reason wins; :class:`LatchPending` when it fails)."""
+    own durable transaction: the first reason wins; :class:`LatchPending` when it fails),
+    unless its action is ``strike`` or ``warn``: then the caller applies it (:mod:`app.guard.strikes`)."""
     args = (task_id, *counters, reservation_id, conversation_key, text_sha256, repeat)
     row = await (conn.fetchrow(_ADD_ANSWER_IN_WINDOW, *args, *budget_window) if budget_window is not None
                  else conn.fetchrow(_ADD_ANSWER, *args))
     if row is None:
         return None
     _report_settled(row)
-    streak = row["answer_streak"]
-    stop = repeated_response(streak, response_repeats(LoopGuard.from_json(row["loop_guard"]), settings))
+    streak, loop_guard = row["answer_streak"], LoopGuard.from_json(row["loop_guard"])
+    stop = repeated_response(streak, response_repeats(loop_guard, settings))
     if stop is None:
         return None
     reason, detail = stop
     verdict = Verdict(Action.STOP, reason, streak,
                       {**detail, "conversation_key": conversation_key, "text_sha256": text_sha256})
-    if row["status"] == "active":
+    if row["status"] == "active" and rule_action(loop_guard, settings, reason) == "latch":  # else the caller's
         await _latch_recorded(conn, task_id, verdict, request_id)
     return verdict
 

@@ -17,6 +17,8 @@ from typing import TypeVar
 from app.guard.conversation_rules import ConversationLimits
 from app.guard.detector import Thresholds
 from app.guard.normalize import Normalizer, build
+from app.guard.strike_rules import REASON_NO_PROGRESS, WARN, RuleAction
+from app.guard.strike_rules import rule_action as _rule_action
 from app.settings import Settings
 from app.task import LoopGuard, Task
 
@@ -25,6 +27,11 @@ _T = TypeVar("_T")
 
 def _either(own: _T | None, default: _T) -> _T:
     return default if own is None else own
+
+
+def rule_action(loop_guard: LoopGuard, settings: Settings, rule: str) -> RuleAction:
+    """:meth:`Policy.rule_action` of a task whose ``loop_guard`` overrides are known."""
+    return _rule_action(rule, loop_guard.rule_actions, settings.rule_actions)
 
 
 def response_repeats(loop_guard: LoopGuard, settings: Settings) -> int:
@@ -59,6 +66,8 @@ class Policy:
             empty_result_streak=_either(o.empty_result_streak, s.empty_result_streak),
             conversation_tool_call_limit=_either(self.task.conversation_tool_call_limit,
                                                  s.conversation_tool_call_limit),
+            no_progress_reruns=_either(o.no_progress_reruns, s.no_progress_reruns),
+            no_progress_stops=self.rule_action(REASON_NO_PROGRESS) != WARN,
         )
 
     @cached_property
@@ -79,6 +88,17 @@ class Policy:
     def repeated_output(self) -> bool:
         """Whether a streamed answer is watched for a repeating passage."""
         return _either(self.task.loop_guard.repeated_output, self.settings.repeated_output)
+
+    def rule_action(self, rule: str) -> RuleAction:
+        """What ``rule`` does when it fires: ``latch``, ``strike`` or ``warn``
+        (:func:`app.guard.strike_rules.rule_action`; the hard rules always latch)."""
+        return rule_action(self.task.loop_guard, self.settings, rule)
+
+    @property
+    def cuts_repeating(self) -> bool:
+        """Whether a stream repeating itself is cut (its ``repeated_output`` action
+        latches or strikes; a warning lets it finish)."""
+        return self.rule_action("repeated_output") != WARN
 
     @property
     def normalizer(self) -> Normalizer:

@@ -1,11 +1,16 @@
 """After a relayed exchange: usage, tool calls and failures into the task's record.
 
-Runs once the client has its last byte. Stalls and truncations become task events
+Runs once the client has its last byte, except for an answer the loop guard judges
+(:mod:`app.proxy.verdict`: it repeated itself, carries tool calls, or may be the same
+answer again): its usage, tool calls and the guard's decision (a latch, a strike, a
+warning; :mod:`app.guard.strikes`) are written by :meth:`Accounting.verdict` before
+its last byte is released, and the rest here after. Stalls and truncations become task events
 (``stream_stalled``, ``stream_truncated``, ``upstream_unreachable``,
 ``upstream_timeout``); stalls and upstream timeouts (a non-streamed request that
 ran past its ``upstream_timeout_s``) count toward the optional per-task stall
 ceiling, which latches the task with ``repeated_stalls``. An answer the relay found
-repeating itself (``repeated_output``) latches the task. The request's dollars settle
+repeating itself (``repeated_output``) latches the task, strikes the answer or warns,
+as its action says (:mod:`app.guard.strike_rules`). The request's dollars settle
 (:func:`app.admission.cost.settle`) in the same statement as its usage; a task with a
 budget then settles its tokens and dollars into the budget windows it was admitted in
 (:func:`app.budgets.ledger.settle`, its own statement). Nothing is refunded.
@@ -14,6 +19,7 @@ budget then settles its tokens and dollars into the budget windows it was admitt
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -34,10 +40,16 @@ from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
 from app.db.pool import RELAXED_COMMIT, relaxed
 from app.db.retry import backlog
+from app.guard.detector import Action, Verdict
 from app.guard.ledger import LatchPending, record_response
+from app.guard.strike_rules import DEFAULT_ACTIONS, answer_sentence
+from app.guard.strikes import Applied, judge_answer
 from app.proxy.outcome import Outcome
+from app.proxy.verdict import Ruling
 from app.wire.base import ResponseSummary, Usage
 from app.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 _EVENT_KINDS = {
     "stalled": "stream_stalled",
@@ -47,6 +59,13 @@ _EVENT_KINDS = {
 }
 _COUNT_UNMETERED = ("UPDATE tasks SET unmetered_responses = unmetered_responses + 1, updated_at = now()"
                     f" FROM {RELAXED_COMMIT} WHERE id = $1")
+
+
+def _soft_rule(verdict: Verdict | None) -> str | None:
+    """The soft rule (:data:`DEFAULT_ACTIONS`) a ledger verdict stops for, else ``None``."""
+    if verdict is None or verdict.action is not Action.STOP or verdict.reason not in DEFAULT_ACTIONS:
+        return None
+    return verdict.reason
 
 
 def unmetered(outcome: Outcome) -> bool:
@@ -85,6 +104,8 @@ class Accounting:
     provider: str | None = None
     reservation_id: int | None = None  # the hold's row, deleted as it settles
     budget_windows: tuple[budget_ledger.WindowKey, ...] = ()  # where the request was counted
+    cuts_repeating: bool = True  # a stream repeating itself is cut (its action is not warn)
+    _recorded: bool = field(default=False, init=False)  # usage, tool calls and verdict written (maybe early)
 
     def __post_init__(self) -> None:
         events.EXCHANGE_STARTED.emit(events.ExchangeStarted(self.task_id, self.stream))
@@ -96,16 +117,91 @@ class Accounting:
         finally:
             in_flight.closed(self.task_id)
 
+    def wants_verdict(self, outcome: Outcome) -> bool:
+        """Whether the answer in ``outcome`` is judged before its last byte (see the
+        module docstring); pure: what the relay parsed already, no I/O."""
+        if not self.guard_enabled or self._recorded:
+            return False
+        summary = outcome.summary
+        return bool(summary.tool_calls) or "repeated_output" in outcome.detail or (
+            self.count_answer and summary.text_sha256 is not None)
+
+    async def verdict(self, outcome: Outcome) -> Ruling | None:
+        """Write the answer's usage, tool calls and the loop guard's decision on it
+        before its last byte (:mod:`app.proxy.verdict`): ``repeated_output`` first (what
+        the relay saw while it streamed), then the response's record (the tool-call
+        ceilings, ``repeated_response``). A :class:`Ruling` when a soft rule struck the
+        answer (it is cut or withheld; one answer draws one strike); ``None``: release
+        it. Never raises: a failure is logged, and the answer released."""
+        self._recorded = True
+        struck: tuple[str, dict] | None = None
+        try:
+            repeated = outcome.detail.get("repeated_output")
+            if repeated is not None:
+                detail = {**repeated, "endpoint": outcome.detail.get("endpoint")}
+                if await self._judge_rule("repeated_output", detail):
+                    struck = ("repeated_output", detail)
+            verdict = await self._record(outcome)
+            soft = _soft_rule(verdict)
+            if soft is not None:  # a soft rule the ledger left unlatched: its action decides
+                detail = dict(verdict.detail) if verdict is not None else {}
+                if await self._judge_rule(soft, detail) and struck is None:
+                    struck = (soft, detail)
+        except Exception:  # noqa: BLE001 - the answer is released; the record is best effort here
+            logger.exception("judging a response of task %s before its last byte failed", self.task_id)
+        if struck is None:
+            return None
+        rule, detail = struck
+        return Ruling(rule, answer_sentence(rule, detail, streamed=self.stream,
+                                            window_s=self.settings.strike_window_s))
+
+    async def _judge_rule(self, rule: str, detail: dict) -> bool:
+        """Apply ``rule``'s action to the answer (:func:`judge_answer`); whether it
+        struck. An unreachable database leaves the write to the backlog (as a latch)."""
+        judged = None
+
+        async def judge() -> None:
+            nonlocal judged
+            judged = await judge_answer(self.pool, self.task_id, self.conversation_key, rule, detail,
+                                        self.settings, request_id=self.request_id, streamed=self.stream)
+        await self._retried(judge, f"the {rule} verdict of task {self.task_id}")
+        return judged is not None and judged.applied is Applied.STRUCK
+
     async def _account(self, outcome: Outcome) -> None:
         summary = outcome.summary
+        recorded = self._recorded
+        self._recorded = True
         settlement = settle(self.price, summary.usage, self.reservation_usd)
         events.EXCHANGE_FINISHED.emit(events.ExchangeFinished(
             self.task_id, outcome, self.started, self.stream, self.endpoint, self.model, self.provider,
             self.request_id, settlement.cost_usd if settlement is not None else None, self.conversation_key))
+        if not recorded:
+            repeated = outcome.detail.get("repeated_output")
+            if repeated is not None and self.guard_enabled:
+                await self._judge_rule("repeated_output", {**repeated, "endpoint": outcome.detail.get("endpoint")})
+            verdict = await self._record(outcome)
+            soft = _soft_rule(verdict)
+            if soft is not None and verdict is not None:
+                await self._judge_rule(soft, dict(verdict.detail))
+        if self.metered and unmetered(outcome):
+            await self._retried(lambda: self._execute(_COUNT_UNMETERED),
+                                f"the unmetered response of task {self.task_id}")
+        kind = _EVENT_KINDS.get(outcome.kind)
+        if kind is not None:
+            await self._retried(lambda: self._record_event(kind, outcome),
+                                f"the {kind} event of task {self.task_id}")
+
+    async def _record(self, outcome: Outcome) -> Verdict | None:
+        """The response's usage, dollars (settled into its budget windows) and tool calls
+        (:func:`record_response`), and the input-token anchor of its conversation;
+        the ledger's verdict (``None``: nothing judged)."""
+        summary = outcome.summary
+        settlement = settle(self.price, summary.usage, self.reservation_usd)
         if not self.guard_enabled:
             summary.tool_calls = []
         if not (self.guard_enabled and self.count_answer):
             summary.text_sha256 = None
+        verdict: Verdict | None = None
         # one window and no hold to release (the escrow lease path): settled with the task's
         # usage, in its statement; else first, on its own: it releases the budget windows
         # only while the hold's row is there
@@ -117,8 +213,11 @@ class Accounting:
         if summary.tool_calls or summary.usage is not None or settlement is not None \
                 or summary.text_sha256 is not None:
             usage = summary.usage
-            await self._retried(lambda: self._record_response(summary, settlement, in_window),
-                                f"the usage ({usage.input_tokens if usage else 0} input, "
+
+            async def record() -> None:
+                nonlocal verdict
+                verdict = await self._record_response(summary, settlement, in_window)
+            await self._retried(record, f"the usage ({usage.input_tokens if usage else 0} input, "
                                 f"{usage.output_tokens if usage else 0} output tokens), cost and "
                                 f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")
             if self.reservation_usd:
@@ -133,19 +232,7 @@ class Accounting:
                 anchor = anchor_after(history, usage.input_tokens)
                 await self._retried(lambda: self._set_anchor(anchor),
                                     f"the input-token anchor of a conversation of task {self.task_id}")
-        if self.metered and unmetered(outcome):
-            await self._retried(lambda: self._execute(_COUNT_UNMETERED),
-                                f"the unmetered response of task {self.task_id}")
-        repeated = outcome.detail.get("repeated_output")
-        if repeated is not None and self.guard_enabled:
-            detail = {**repeated, "conversation_key": self.conversation_key,
-                      "endpoint": outcome.detail.get("endpoint")}
-            await self._retried(lambda: self._latch("repeated_output", detail),
-                                f"the repeated_output stop of task {self.task_id}")
-        kind = _EVENT_KINDS.get(outcome.kind)
-        if kind is not None:
-            await self._retried(lambda: self._record_event(kind, outcome),
-                                f"the {kind} event of task {self.task_id}")
+        return verdict
 
     async def _retried(self, write: Callable[[], Awaitable[object]], what: str) -> None:
         """Run ``write``; if the database is unreachable, leave it to the backlog."""
@@ -157,17 +244,19 @@ class Accounting:
             backlog.submit(write, what, self.settings.accounting_retry_s, exc)
 
     async def _record_response(self, summary: ResponseSummary, settlement: Settlement | None,
-                               in_window: tuple[str, datetime] | None) -> None:
-        """:func:`record_response`; a stop whose latch failed after the response was
-        recorded is latched again on its own (retried like any write), never by
-        recording the response twice."""
+                               in_window: tuple[str, datetime] | None) -> Verdict | None:
+        """:func:`record_response` and its verdict; a stop whose latch failed after the
+        response was recorded is latched again on its own (retried like any write),
+        never by recording the response twice."""
         try:
-            await record_response(self.pool, self.task_id, self.conversation_key, summary, self.settings, settlement,
-                                  request_id=self.request_id, seen_answer_sha256=self.seen_answer_sha256,
-                                  reservation_id=self.reservation_id, budget_window=in_window)
+            return await record_response(self.pool, self.task_id, self.conversation_key, summary, self.settings,
+                                         settlement, request_id=self.request_id,
+                                         seen_answer_sha256=self.seen_answer_sha256,
+                                         reservation_id=self.reservation_id, budget_window=in_window)
         except LatchPending as pending:
             reason, detail = pending.verdict.reason or "stopped", dict(pending.verdict.detail)
             await self._retried(lambda: self._latch(reason, detail), f"the {reason} stop of task {self.task_id}")
+            return None
 
     async def _set_anchor(self, anchor: Anchor) -> None:
         async with self.pool.acquire() as conn:

@@ -25,6 +25,14 @@
   otherwise they are dropped and the stream counts as truncated.
 - **Bodies** are read whole (bounded by ``upstream_timeout_s``) and passed through
   unchanged with upstream's status and headers.
+- **A verdict before the last byte** (:mod:`app.proxy.verdict`): with a ``verdict``
+  hook, an answer the loop guard judges has its decision written before its end is
+  released: a body is judged before any of it is sent, a stream's chunk holding the
+  terminal event is held until then, and a stream cut for repeating itself gets its
+  terminal error after it. A struck answer is withheld: a body is answered with 502
+  (``code`` the rule), a stream ends with its format's terminal error instead. Once
+  judged, the exchange is no longer cut by a stop (its own latch would cut it): the
+  verdict decides how the answer ends.
 - **Which is which**: a ``text/event-stream`` response is a stream; so is a successful
   response to a request that asked for one (``"stream": true``) whose first bytes are an
   SSE field or comment, whatever its content type (``text/plain``, ``application/json``).
@@ -39,7 +47,7 @@
   the stop reason. A body already being sent is left to finish.
 
 What happened is handed to an ``on_finish`` callback as an :class:`Outcome` after the
-client has its last byte (accounting never delays the relay).
+client has its last byte (accounting never delays the relay, but for the verdict above).
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ from app.proxy.relay_stream import StreamRelay, watch_text
 from app.proxy.sniff import sniff_stream
 from app.proxy.transport import UpstreamClient, UpstreamRequest, UpstreamResponse
 from app.proxy.upstream import response_headers
+from app.proxy.verdict import WITHHELD_STATUS, Ruling, VerdictHook
 from app.request_ids import with_id
 from app.wire import json_text
 from app.wire.base import WireFormat
@@ -77,7 +86,8 @@ class RelayResponse(Response):
     def __init__(self, client: UpstreamClient, request: UpstreamRequest, fmt: WireFormat,
                  *, stream_requested: bool, watchdog: Watchdog, total_timeout_s: float,
                  on_finish: Callable[[Outcome], Awaitable[None]], endpoint: str,
-                 model: str | None, monitor: OutputMonitor | None = None) -> None:
+                 model: str | None, monitor: OutputMonitor | None = None,
+                 verdict: VerdictHook | None = None) -> None:
         self.client = client
         self.request: UpstreamRequest | None = request  # until it is sent
         self.fmt = fmt
@@ -97,6 +107,8 @@ class RelayResponse(Response):
         self._stream: StreamRelay | None = None  # a stream's relay, once it started
         self._ended = False
         self._untrack: Callable[[], None] | None = None
+        self.verdict = verdict  # asked before the last byte of a judged answer (app.proxy.verdict)
+        self._judging: asyncio.Future[Ruling | None] | None = None  # the verdict being written
 
     #: Masks provider keys in what is relayed; none until :meth:`redacting`.
     redact: Redactor = Redactor(())
@@ -123,9 +135,11 @@ class RelayResponse(Response):
     def cut(self, refusal: GatewayError) -> bool:
         """End the exchange because its task was stopped (``refusal``: the task's
         400/409 ``task_stopped`` error). Returns ``False`` when it has already ended,
-        been cut, or is sending a complete body; safe to call at any time."""
+        been cut, is sending a complete body, or its answer was judged
+        (:mod:`app.proxy.verdict`: its own latch must not cut it); safe to call at any time."""
         stream = self._stream
-        if self._stop is not None or self._ended or (self.started and (stream is None or stream.ended)):
+        if self._stop is not None or self._ended or (self.started and (stream is None or stream.ended)) \
+                or self._judging is not None:  # the verdict decides how the answer ends
             return False
         self._stop = refusal
         if not self.started:
@@ -150,6 +164,8 @@ class RelayResponse(Response):
             if self._untrack is not None:
                 self._untrack()
             watch.cancel()
+            if self._judging is not None and not self._judging.done():  # a client that left meanwhile
+                await asyncio.wait([self._judging])  # the decision is written in full, never half
             if self.outcome.kind == "disconnected" and self._stream is not None:
                 self.outcome.summary = self._stream.observer.summary()  # the ledger keeps what was seen
             try:
@@ -236,7 +252,8 @@ class RelayResponse(Response):
             if chunks is not None:
                 stream = self._stream = StreamRelay(self.fmt, self.watchdog, started, self.outcome,
                                                     monitor=self.monitor, redact=self.redact,
-                                                    hide_usage=self.hide_usage)
+                                                    hide_usage=self.hide_usage,
+                                                    verdict=self.verdict, judge=self._judge)
                 await self._start(send, upstream)
                 await stream.run(send, upstream, chunks)
             else:
@@ -264,9 +281,21 @@ class RelayResponse(Response):
                         body = b"".join([chunk async for chunk in self._body_chunks])
             except (TimeoutError, httpx.HTTPError) as exc:
                 raise self._failed(exc, "did not finish its response in time") from None
+        if self.verdict is not None:  # judged before any of it is sent (app.proxy.verdict)
+            self._read_answer(upstream.status_code, body)
+            ruling = await self._judge() if self.verdict.wants_verdict(self.outcome) else None
+            if ruling is not None:
+                await self._withhold(send, ruling)
+                return
         await self._start(send, upstream)
         await send({"type": "http.response.body", "body": self.redact(body), "more_body": False})
-        if upstream.status_code == 200 and body[:1] == b"{":
+        if self.verdict is None:
+            self._read_answer(upstream.status_code, body)
+
+    def _read_answer(self, status: int, body: bytes) -> None:
+        """The outcome's summary (tool calls, usage, the answer's text hash) and the
+        repeated-output monitor's verdict from a whole body."""
+        if status == 200 and body[:1] == b"{":
             try:
                 parsed = json_text.loads(body)
                 self.outcome.summary = self.fmt.parse_response(parsed)
@@ -281,6 +310,22 @@ class RelayResponse(Response):
     #: The request id for the response's headers (:func:`app.request_ids.with_id`), set by
     #: :mod:`app.proxy.lane`; ``None``: none added here.
     request_id: bytes | None = None
+
+    async def _judge(self) -> Ruling | None:
+        """The verdict on the answer so far (:meth:`VerdictHook.verdict`), written in full
+        even if the client leaves meanwhile (:meth:`__call__` waits for it); the exchange
+        cannot be cut while it runs."""
+        assert self.verdict is not None
+        judging = self._judging = asyncio.ensure_future(self.verdict.verdict(self.outcome))
+        return await asyncio.shield(judging)
+
+    async def _withhold(self, send: Send, ruling: Ruling) -> None:
+        """Answer a struck body with 502 and the ruling's sentence, ``code`` its rule."""
+        err = GatewayError(WITHHELD_STATUS, "upstream_error", ruling.code, ruling.message)
+        self.outcome.kind = "struck"
+        self.outcome.status = wire_status(self.fmt, err)
+        self.outcome.detail["code"] = ruling.code
+        await self._send_error(send, err)
 
     async def _start(self, send: Send, upstream: UpstreamResponse) -> None:
         self.started = True

@@ -1,17 +1,20 @@
 """One upstream SSE stream relayed to the client (the stream half of
 :class:`app.proxy.relay.RelayResponse`; its module docstring gives the rules).
 
-Each chunk is framed once (:class:`app.wire.sse.SSEFramer`): the whole events are sent
-(minus a usage-only event the gateway asked for), then their decoded events feed the
-format's observer, the repeated-output monitor and :class:`StreamProgress`, which
-moves the read deadline. The loop reads, sends and decides; the decisions are pure
-(:mod:`app.proxy.stream_progress`, :mod:`app.proxy.stream_end`).
+Each chunk is framed once (:class:`app.wire.sse.SSEFramer`): its decoded events feed
+the format's observer and the repeated-output monitor, then the whole events are sent
+(minus a usage-only event the gateway asked for) and :class:`StreamProgress` moves the
+read deadline. With a verdict hook (:mod:`app.proxy.verdict`), the chunk holding the
+terminal event of an answer the loop guard judges is held until the verdict, and a
+struck answer ends with the format's terminal error instead. The loop reads, sends and
+decides; the decisions are pure (:mod:`app.proxy.stream_progress`,
+:mod:`app.proxy.stream_end`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 from starlette.types import Send
@@ -34,11 +37,12 @@ from app.proxy.stream_end import (
 from app.proxy.stream_progress import StreamProgress
 from app.proxy.transport import UpstreamResponse
 from app.proxy.usage_chunk import strip_usage_chunks
+from app.proxy.verdict import Ruling, VerdictHook
 from app.wire.base import EventKind, WireFormat
 from app.wire.sse import SSEFramer
 
 Events = list[tuple[str, str]]
-_CONTENT = EventKind.CONTENT
+_CONTENT, _TERMINAL = EventKind.CONTENT, EventKind.TERMINAL
 
 
 def watch_text(monitor: OutputMonitor | None, outcome: Outcome, text: str,
@@ -62,10 +66,12 @@ class StreamRelay:
     for a stream the gateway ended, its end."""
 
     __slots__ = ("fmt", "outcome", "monitor", "redact", "hide_usage", "observer", "framer",
-                 "progress", "watch", "ended", "stop")
+                 "progress", "watch", "ended", "stop", "verdict", "judge", "cut_repeating", "struck")
 
     def __init__(self, fmt: WireFormat, watchdog: Watchdog, started: float, outcome: Outcome, *,
-                 monitor: OutputMonitor | None, redact: Redactor, hide_usage: bool) -> None:
+                 monitor: OutputMonitor | None, redact: Redactor, hide_usage: bool,
+                 verdict: VerdictHook | None = None,
+                 judge: Callable[[], Awaitable[Ruling | None]] | None = None) -> None:
         self.fmt = fmt
         self.outcome = outcome
         self.monitor = monitor
@@ -77,13 +83,17 @@ class StreamRelay:
         self.watch = ReadDeadline(self.progress.deadline)  # the stream-silence watchdog
         self.ended = False  # the last bytes are being sent: too late for a cut
         self.stop: GatewayError | None = None
+        self.verdict = verdict if judge is not None else None  # asked before the terminal event goes out
+        self.judge = judge  # writes the verdict (RelayResponse._judge)
+        self.cut_repeating = verdict.cuts_repeating if verdict is not None else True
+        self.struck: Ruling | None = None  # the verdict struck the answer
 
     async def run(self, send: Send, upstream: UpstreamResponse, chunks: AsyncIterator[bytes]) -> None:
         """Relay ``chunks`` (the body of ``upstream``) until it ends, is cut or stalls;
         end the client's body. Raises ``OSError`` when the client went away."""
         loop = asyncio.get_running_loop()
         progress, framer, watch, read = self.progress, self.framer, self.watch, chunks.__anext__
-        feed, redact, monitor = self.observer.feed, self.redact, self.monitor
+        feed, redact, monitor, verdict = self.observer.feed, self.redact, self.monitor, self.verdict
         end: End | None = None
         while True:
             stop = self.stop
@@ -103,13 +113,10 @@ class StreamRelay:
                 end = broke_off_end(exc) if progress.ended_at is None else None
                 break
             whole, events = framer.feed(chunk)
-            paused_at = loop.time()
-            if whole:
-                body = self._without_usage(whole, events) if self.hide_usage else whole
-                await send({"type": "http.response.body", "body": redact(body), "more_body": True})
-            resumed_at = loop.time()
-            progress.bytes_relayed += len(whole)
-            if framer.overflow is not None:
+            if framer.overflow is not None:  # relayed as it is, never decoded
+                if whole:
+                    await send({"type": "http.response.body", "body": redact(whole), "more_body": True})
+                    progress.bytes_relayed += len(whole)
                 end = too_large_end(framer.overflow) if progress.ended_at is None else None
                 break
             progress.events_relayed += len(events)
@@ -120,9 +127,19 @@ class StreamRelay:
                 kinds.append(kind)
                 if watching and kind is _CONTENT and not repeating:
                     repeating = watch_text(monitor, self.outcome, self.fmt.text_delta(event, data))
+            if verdict is not None and progress.ended_at is None and _TERMINAL in kinds \
+                    and await self._struck_at_end():
+                end = self._struck_end()  # the held chunk (its terminal event) is never sent
+                break
+            paused_at = loop.time()
+            if whole:
+                body = self._without_usage(whole, events) if self.hide_usage else whole
+                await send({"type": "http.response.body", "body": redact(body), "more_body": True})
+            resumed_at = loop.time()
+            progress.bytes_relayed += len(whole)
             progress.relayed(kinds, paused_at, resumed_at)
             watch.deadline = progress.deadline
-            if repeating and progress.ended_at is None:  # an answer already relayed whole is not cut
+            if repeating and progress.ended_at is None and self.cut_repeating:  # one relayed whole is not cut
                 end = REPEATED_OUTPUT
                 self.outcome.detail["repeated_output"]["delivered"] = DELIVERED_CUT
                 break
@@ -134,6 +151,24 @@ class StreamRelay:
         if any(is_usage_only(event, data) for event, data in events):
             return strip_usage_chunks(whole, is_usage_only)
         return whole
+
+    async def _struck_at_end(self) -> bool:
+        """Before the terminal event goes out: the verdict on the answer it ends, when
+        the loop guard judges it; whether it struck the answer."""
+        assert self.verdict is not None and self.judge is not None
+        outcome = self.outcome
+        summary = self.observer.summary()
+        summary.text_sha256 = self.monitor.text_sha256() if self.monitor is not None else None
+        outcome.summary = summary
+        if not self.verdict.wants_verdict(outcome):
+            return False
+        self.struck = await self.judge()
+        return self.struck is not None
+
+    def _struck_end(self) -> End:
+        """The end of a stream whose answer was struck: its terminal error, ``code`` the rule."""
+        assert self.struck is not None
+        return "struck", self.struck.code, self.struck.message
 
     async def _relay_rest(self, send: Send, now: float) -> None:
         """Upstream closed with bytes after its last blank line: read them as the event a
@@ -173,6 +208,10 @@ class StreamRelay:
         outcome.detail.update(self.progress.detail(asyncio.get_running_loop().time()))
         if end is None and not summary.terminal_seen:
             end = NO_TERMINAL
+        if end is REPEATED_OUTPUT and self.verdict is not None and self.verdict.wants_verdict(outcome):
+            assert self.judge is not None
+            self.struck = await self.judge()  # the latch or strike is written before the error goes out
+            end = self._struck_end() if self.struck is not None else end
         if end is not None:
             kind, code, message = end
             await upstream.aclose()

@@ -36,7 +36,6 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from app import events
 from app.admission import turn as agent_turn
 from app.admission.admission import admit, authenticate
 from app.admission.charge import charge_for
@@ -46,7 +45,6 @@ from app.budgets import runs
 from app.budgets.keys import is_budget_key, run_id
 from app.config.schema import Provider
 from app.errors import CLOSE, GatewayError, render_error, wire_status
-from app.guard.detector import Action
 from app.guard.ledger import GuardRequest
 from app.guard.policy import Policy
 from app.guard.request_text import conversation_key_of, text_actions_of
@@ -63,6 +61,7 @@ from app.proxy.outcome import Watchdog
 from app.proxy.relay import RelayResponse
 from app.proxy.request_target import target
 from app.proxy.model_field import rewrite_model
+from app.proxy.notes import notice_for
 from app.proxy.providers import (
     configured_models,
     default_provider,
@@ -84,13 +83,6 @@ logger = logging.getLogger(__name__)
 #: Set by an operator or an orchestrator to name the conversation (one sub-agent, one
 #: pass); wins over every agent session header and over the first-messages seed.
 CONVERSATION_HEADER = "x-taskgate-conversation"
-
-#: Added to the forwarded request when the loop guard warns (rule 6).
-LOOP_NOTICE = (
-    "[taskgate] You have called {tool} {count} times in a row with the same arguments and "
-    "got the same result each time. Repeating it will not change the result. Take a "
-    "different next step, or stop and report what is blocking you."
-)
 
 
 def wire_format(path: str, headers: dict[str, str] | None = None) -> WireFormat:
@@ -158,7 +150,8 @@ def _upstream_target(request: Request, method: str, provider: Provider) -> Upstr
 
 async def proxy_post(request: Request) -> Response:
     """Admit and relay one POST (checks in the order of the module docstring); the
-    loop guard's warning, when due, is added to the forwarded body."""
+    gateway's notes to the model, when due, are added to the forwarded body
+    (:mod:`app.proxy.notes`)."""
     state = app_state(request.app)
     settings = state.settings
     endpoint = _endpoint(request)
@@ -243,12 +236,7 @@ async def proxy_post(request: Request) -> Response:
         reservation, price = admitted.reservation_usd, route.price if route else None
         held = admitted.reservation_id
         budget_windows = admitted.budget_windows
-        verdict = admitted.verdict
-        notice = None
-        if verdict is not None and verdict.action is Action.WARN:
-            tool = verdict.detail.get("tool_name", "the same tool")
-            events.LOOP_WARNED.emit(events.LoopWarned(task.id, tool, verdict.count))
-            notice = LOOP_NOTICE.format(tool=tool, count=verdict.count)
+        notice = await notice_for(pool, settings, task, admitted.verdict, conv_key)
         add_usage = needs_usage(fmt, path, payload, task, settings.stream_usage)
         if admitted.output_max is not None:  # the bound the reservation assumed, enforced upstream
             payload = {**payload, admitted.output_max[0]: admitted.output_max[1]}
@@ -257,22 +245,22 @@ async def proxy_post(request: Request) -> Response:
     else:
         slot = await state.upstream_slots.take()
     guarded = settings.loop_guard_enabled and endpoint.kind == endpoints.INFERENCE
+    accounting = Accounting(pool, settings, task.id, conv_key, guarded, stream=stream_requested,
+                            price=price, reservation_usd=reservation, count_answer=continued,
+                            metered=endpoint.kind == endpoints.INFERENCE, charge=charge if reservation else None,
+                            seen_answer_sha256=seen_answer, request_id=request_id, endpoint=path,
+                            model=route.requested_model if route is not None else model,
+                            provider=route.provider_name if route is not None else None,
+                            reservation_id=held, budget_windows=budget_windows,
+                            cuts_repeating=guarded and policy.cuts_repeating)
     return RelayResponse(
         state.client, destination.with_body(body), fmt,
         stream_requested=stream_requested,
         watchdog=_watchdog(policy, settings),
         total_timeout_s=policy.upstream_timeout_s,
-        on_finish=slot.releasing(Accounting(pool, settings, task.id, conv_key, guarded, stream=stream_requested,
-                             price=price, reservation_usd=reservation, count_answer=continued,
-                             metered=endpoint.kind == endpoints.INFERENCE,
-                             charge=charge if reservation else None,
-                             seen_answer_sha256=seen_answer, request_id=request_id,
-                             endpoint=path,
-                             model=route.requested_model if route is not None else model,
-                             provider=route.provider_name if route is not None else None,
-                             reservation_id=held, budget_windows=budget_windows)),
-        endpoint=path, model=model,
+        on_finish=slot.releasing(accounting), endpoint=path, model=model,
         monitor=OutputMonitor(policy.repeated_output) if guarded else None,
+        verdict=accounting if guarded else None,  # judged before the last byte (app.proxy.verdict)
     ).track(state.open_requests, task.id).redacting(state.redactor).hiding_usage(add_usage)
 
 

@@ -27,8 +27,10 @@ ProviderKind = Literal["openai", "anthropic"]
 #: How a stream the gateway ended did not finish on its own: ``stalled`` (the
 #: watchdog's deadline), ``truncated`` (upstream broke off or sent a too-large event),
 #: ``repeated_output`` (the answer kept repeating itself), ``stopped`` (the task was
-#: stopped; the refusal's own type is used then, see :meth:`WireFormat.refusal`).
-EndKind = Literal["stalled", "truncated", "repeated_output", "stopped"]
+#: stopped; the refusal's own type is used then, see :meth:`WireFormat.refusal`),
+#: ``struck`` (a soft loop rule struck the answer, :mod:`app.guard.strike_rules`; the
+#: task goes on).
+EndKind = Literal["stalled", "truncated", "repeated_output", "stopped", "struck"]
 
 
 @dataclass(frozen=True, slots=True)
