@@ -15,6 +15,7 @@ The calls are found with :mod:`ast` (nothing is imported): ``re.compile``, ``re.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +72,14 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("app/guard/repeated_output.py",
      r"(?:\s*(?:\||\+[-=+]|#+\s|>|[-*+]\s|\d+[.)]\s)|    |\t|\s*[-=_*+\u2500-\u257f]{3,}\s*$)"):
         "a line's start; each run (\\s*, a class {3,}) is followed by characters it excludes",
+    # run names and ids (budget keys, taskgate run, /run/<name>/): one class each, on at most
+    # a header's or a path segment's length
+    ("app/budgets/keys.py", r"[hs]:[0-9a-f]{32}"): "one class, fixed length",
+    ("app/budgets/keys.py", r"[^A-Za-z0-9._]+"): "one class",
+    ("app/budgets/keys.py", r"[-._]{2,}"): "one class",
+    ("app/cli/run.py", r"[^A-Za-z0-9._-]+"): "the operator's command name; one class",
+    ("app/cli/run.py", r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"): "one class after one character, bounded",
+    ("app/proxy/run_path.py", r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"): "one class after one character, bounded",
     ("app/guard/repeated_output.py", r"(?<=\n)"): "a zero-width lookbehind of one literal character",
     # an answer's prose cut into words: runs of classes that share no character
     ("app/guard/words.py",
@@ -89,8 +98,23 @@ def _python_files() -> list[Path]:
     return sorted(p for p in (ROOT / "app").rglob("*.py") if "testing" not in p.parts)
 
 
+@functools.cache
+def _constants() -> dict[str, str | bytes]:
+    """Module-level ``NAME = "literal"`` of every module in ``app/`` (a pattern kept in a
+    constant, possibly imported from another module, is read through its name)."""
+    found: dict[str, str | bytes] = {}
+    for path in _python_files():
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                    and isinstance(node.value, ast.Constant) and isinstance(node.value.value, (str, bytes)):
+                found[node.targets[0].id] = node.value.value
+    return found
+
+
 def _patterns(path: Path) -> list[tuple[int, str | bytes | None]]:
-    """(line, pattern) of every ``re.<call>(pattern, ...)`` in ``path`` (``None``: not a literal)."""
+    """(line, pattern) of every ``re.<call>(pattern, ...)`` in ``path`` (``None``: not a
+    literal, nor a module-level constant of ``app/``)."""
+    constants = _constants()
     found: list[tuple[int, str | bytes | None]] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom) and node.module == "re":
@@ -103,7 +127,7 @@ def _patterns(path: Path) -> list[tuple[int, str | bytes | None]]:
         try:
             value = ast.literal_eval(literal) if literal is not None else None
         except ValueError:
-            value = None
+            value = constants.get(literal.id) if isinstance(literal, ast.Name) else None
         found.append((node.lineno, value if isinstance(value, (str, bytes)) else None))
     return found
 
