@@ -104,7 +104,7 @@ class StreamRelay:
             try:
                 chunk = await watch.read(read)
             except StopAsyncIteration:  # upstream closed
-                await self._relay_rest(send, loop.time())
+                end = await self._relay_rest(send, loop.time())
                 break
             except TimeoutError:
                 end = self._silence()
@@ -170,21 +170,27 @@ class StreamRelay:
         assert self.struck is not None
         return "struck", self.struck.code, self.struck.message
 
-    async def _relay_rest(self, send: Send, now: float) -> None:
+    async def _relay_rest(self, send: Send, now: float) -> End | None:
         """Upstream closed with bytes after its last blank line: read them as the event a
         blank line would have dispatched; relay them as received when the stream's
-        terminal event came (before, or in these bytes), else drop them."""
+        terminal event came (before, or in these bytes: after the verdict on the answer,
+        which may strike it instead: its end), else drop them."""
         rest, events = self.framer.close()
         if not rest:
-            return
+            return None
         progress = self.progress
         progress.events_relayed += len(events)
+        ended = progress.ended_at is not None
         for event, data in events:
             if self.observer.feed(event, data) is EventKind.TERMINAL and progress.ended_at is None:
                 progress.ended_at = now
+        if not ended and progress.ended_at is not None and self.verdict is not None \
+                and await self._struck_at_end():
+            return self._struck_end()
         if progress.ended_at is not None:  # nothing is appended: relay them as received
             await send({"type": "http.response.body", "body": self.redact(rest), "more_body": True})
             progress.bytes_relayed += len(rest)
+        return None
 
     def _silence(self) -> End | None:
         """The end of a stream whose read deadline passed: a stall or a stop before the
