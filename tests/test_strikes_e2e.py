@@ -10,6 +10,7 @@ task stays active; a second strike in the conversation within the window latches
 
 from __future__ import annotations
 
+import json
 import time
 
 import anthropic
@@ -241,3 +242,16 @@ def test_hard_rules_still_latch_on_the_first_breach(gateway, admin, upstream):
                      {"role": "tool", "tool_call_id": call["id"], "content": "same result"}]
     assert r.status_code == 400 and r.json()["error"]["code"] == "repeated_tool_call"
     assert admin.task(task_id)["strikes"] == 0
+
+
+def test_a_withheld_responses_answer_is_a_502_and_the_note_a_developer_message(gateway, admin, upstream):
+    task_id, token = admin.create_task()
+    headers = {"authorization": f"Bearer {token}"}
+    withheld = httpx.post(gateway.url + "/v1/responses", headers=headers, timeout=30,
+                          json={"model": CHANT, "input": [{"role": "user", "content": "explain"}]})
+    assert withheld.status_code == 502 and withheld.json()["error"]["code"] == "repeated_output"
+    assert httpx.post(gateway.url + "/v1/responses", headers=headers, timeout=30,
+                      json={"model": "mock-model", "input": [{"role": "user", "content": "explain"}]}).status_code == 200
+    sent = upstream.requests[-1].json["input"]
+    assert sent[-1]["role"] == "developer" and "[taskgate] Note:" in json.dumps(sent[-1])
+    assert admin.task(task_id)["status"] == "active"
