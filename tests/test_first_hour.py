@@ -20,6 +20,7 @@ import tomllib
 from pathlib import Path
 
 import httpx
+import pytest
 from click.testing import CliRunner
 
 from app.cli import main
@@ -118,3 +119,16 @@ def test_each_limit_stop_says_its_limit_then_and_now() -> None:
     assert "(60 when it stopped; 120 now)" in message("max_duration", duration, max_duration_s=120.0)
     assert "when it stopped" not in message("max_duration", duration, max_duration_s=60.0)
     assert "(2 when it stopped; 5 now)" in message("repeated_stalls", {"stalls": 2, "max_stalls": 2}, max_stalls=5)
+
+
+def test_tasks_show_says_how_many_strikes_a_task_drew(capsys: pytest.CaptureFixture[str]) -> None:
+    """``taskgate tasks show``: a task with strikes says so; one without says nothing of them."""
+    from app.cli import render
+
+    task = {"id": "t-1", "status": "active", "admitted_requests": 3, "request_limit": 10, "token_limit": None,
+            "input_tokens": 1, "output_tokens": 2, "total_tokens": 3, "tool_calls": 0, "tool_call_limit": None,
+            "stalls": 0, "max_stalls": None, "max_duration_s": None, "strikes": 1}
+    render.show_task(task)
+    assert "strikes" in capsys.readouterr().out
+    render.show_task({**task, "strikes": 0})
+    assert "strikes" not in capsys.readouterr().out

@@ -93,6 +93,9 @@ def show_task(t: dict) -> None:
     table.add_row("tool calls", of(t["tool_calls"], t["tool_call_limit"]))
     table.add_row("max duration", f"{t['max_duration_s']} s" if t.get("max_duration_s") else "none")
     table.add_row("stalls", of(t["stalls"], t.get("max_stalls")))
+    if t.get("strikes"):
+        table.add_row("strikes", f"{t['strikes']} (answers cut or withheld by the loop guard; a second in one "
+                                 "conversation stops the task)")
     if cost_text(t) != "-":
         table.add_row("cost", cost_text(t))
     if t.get("cost_wait_s") is not None:

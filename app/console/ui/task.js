@@ -124,6 +124,9 @@ export async function taskView(ctx, id) {
     h("p", {}, h("a", { href: "#/tasks" }, "← all tasks")),
     h("div", { class: "card" }, h("h2", { id: "task-title" }, t.id, " ", badge(t.status)),
       t.budget ? h("p", { id: "task-budget" }, "draws from budget ", budgetLink(t.budget)) : null,
+      t.strikes ? h("p", { id: "task-strikes", class: "muted" }, `${t.strikes} strike${t.strikes === 1 ? "" : "s"}: ` +
+        "answers the loop guard cut or withheld, the model told in-band; a second in one conversation stops the task " +
+        "(see Events)") : null,
       h("div", { class: "row" }, meters(t)), h("p", {}, actions(ctx, t))),
     stop,
     h("div", { class: "card" }, h("h2", {}, "Limits"), limitsForm(ctx, t)),
