@@ -12,7 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
-from app.db.errors import database_unreachable
+from app.db.errors import database_unreachable, server_gone
+from app.db.fair_pool import expire_all
 from app.fault_log import faults
 
 if TYPE_CHECKING:
@@ -87,9 +88,16 @@ def unauthorized(message: str, *, close: bool = False) -> GatewayError:
                         {"x-should-retry": "false", **(CLOSE if close else {})})
 
 
+#: ``retry-after`` (seconds) of a 503 ``database_unavailable``: a failover of a highly
+#: available PostgreSQL takes a few seconds (docs/scaling.md, "High availability").
+UNAVAILABLE_RETRY_AFTER_S = 1
+
+
 def unavailable(message: str = "taskgate cannot reach its database; the request was not forwarded.") -> GatewayError:
-    """503 when admission cannot run: the gateway fails closed."""
-    return GatewayError(503, "gateway_unavailable", "database_unavailable", message)
+    """503 when admission cannot run: the gateway fails closed. Nothing was counted, so
+    the client may retry (``retry-after``, ``x-should-retry: true``)."""
+    return GatewayError(503, "gateway_unavailable", "database_unavailable", message,
+                        {"retry-after": str(UNAVAILABLE_RETRY_AFTER_S), "x-should-retry": "true"})
 
 
 @contextmanager
@@ -105,6 +113,8 @@ def fail_closed(what: str) -> Iterator[None]:
     except Exception as exc:  # noqa: BLE001 - fail closed while the database is out of reach
         if not database_unreachable(exc):
             raise
+        if server_gone(exc):  # a failover: no pooled connection to that server is worth keeping
+            expire_all()
         faults.report(what, "database unavailable; refusing requests (503, fail closed)", exc)
         raise unavailable() from None
 

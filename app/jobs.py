@@ -1,6 +1,7 @@
 """The gateway process's periodic maintenance jobs, started with the app and cancelled
 when it stops: the reservation sweep (:mod:`app.admission.reservations`), the budget lease
-sweep (:mod:`app.budgets.escrow`) and retention (:mod:`app.retention`). Every job is safe
+sweep (:mod:`app.budgets.escrow`), the admission log's pruning (:mod:`app.db.commits`)
+and retention (:mod:`app.retention`). Every job is safe
 to run in every process of every replica at once. A run that fails is reported and the
 job goes on: one fault-log line per outage when the database cannot be reached
 (:mod:`app.fault_log`), a traceback for anything else.
@@ -18,6 +19,7 @@ import asyncpg
 from app import retention
 from app.admission import reservations
 from app.budgets import escrow
+from app.db import commits
 from app.db.errors import database_unreachable
 from app.fault_log import faults
 from app.proxy import json_offload
@@ -52,6 +54,8 @@ def start(pool: asyncpg.Pool, settings: Settings) -> list[asyncio.Task[None]]:
     if settings.reservation_sweep_s > 0:
         jobs.append(("reservation sweep", settings.reservation_sweep_s, lambda: reservations.sweep(pool), False))
         jobs.append(("budget lease sweep", settings.reservation_sweep_s, lambda: escrow.sweep(pool), False))
+        jobs.append(("admission log pruning", settings.reservation_sweep_s,
+                     lambda: commits.prune(pool, settings.admission_log_retention_s), False))
     if settings.retention_days is not None or settings.ledger_keep_per_conversation > 0:
         jobs.append(("retention", settings.retention_interval_s, lambda: retention.run(pool, settings), True))
     return [asyncio.create_task(every(name, interval, run, at_start=at_start), name=name)

@@ -72,6 +72,17 @@ class Settings(BaseSettings):
     database_timeout_s: float = Field(
         default=5.0, description="Connect and statement timeout for admission queries."
     )
+    database_reconcile_s: float = Field(
+        default=30.0, gt=0,
+        description="Seconds a request whose admission's commit lost its answer (the primary died, a "
+        "failover) waits for a primary to say whether it landed (app/db/commits.py) before it is "
+        "refused (503); the key is then reconciled in the background.",
+    )
+    admission_log_retention_s: float = Field(
+        default=3600.0, gt=0,
+        description="Seconds the admission log (one row per counted request, for reconciling commits "
+        "whose answer was lost) keeps its rows; pruned by the reservation sweep's job.",
+    )
 
     # --- database: replicas, PgBouncer, faults (see docs/faults.md) ------------
     migration_database_url: str | None = Field(

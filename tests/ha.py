@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+import psutil
+
 from tests.support import free_port
 
 NOT_INSTALLED = ("pg_auto_failover is not installed here (`apt-get install -y postgresql-15-auto-failover` "
@@ -241,6 +243,27 @@ class HACluster:
         assert pid is not None, f"{node.name} has no postmaster.pid"
         os.kill(pid, signal.SIGKILL)
         return node
+
+    @contextmanager
+    def standby_paused(self) -> Iterator[Instance]:
+        """``SIGSTOP`` the standby's PostgreSQL (postmaster and children, not its keeper)
+        for the block, ``SIGCONT`` after: the primary's commits wait for it meanwhile (until
+        the monitor, finding it unhealthy, turns synchronous replication off)."""
+        primary = self.primary()
+        standby = next(n for n in self.nodes if n is not primary)
+        pid = standby.postmaster_pid()
+        assert pid is not None, f"{standby.name} has no postmaster.pid"
+        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        for proc in procs:
+            proc.send_signal(signal.SIGSTOP)
+        try:
+            yield standby
+        finally:
+            for proc in procs:
+                try:
+                    proc.send_signal(signal.SIGCONT)
+                except psutil.NoSuchProcess:
+                    pass
 
     def perform_failover(self, timeout: float = 120) -> None:
         """``pg_autoctl perform failover``: a clean switchover; returns once it is done."""

@@ -14,6 +14,7 @@ import pytest
 from app.admission import known_turn
 from app.admission import turn as agent_turn
 from app.admission.admission import admit
+from app.db.commits import new_key
 from app.admission.tokens import token_hash
 from app.errors import GatewayError
 from app.guard.ledger import GuardRequest
@@ -130,7 +131,7 @@ async def _open_turn_counting_writes(pool, hashed: str, settings: Settings, guar
     async with pool.acquire() as conn:
         async with conn.transaction():
             before = await conn.fetchrow(counts)
-            turn = await agent_turn.open_turn(conn, hashed, guard, settings)
+            turn = await agent_turn.open_turn(conn, hashed, guard, settings, new_key(), None)
             after = await conn.fetchrow(counts)
     return turn, (after[0] - before[0], after[1] - before[1])
 

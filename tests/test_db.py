@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from app.admission.admission import FAST_ADMIT, admit
 from app.admission.limits import limit_breach
 from app.admission.tokens import token_hash
+from app.db.commits import new_key
 from app.db.pool import statement_cache_size
 from app.db.schema import metadata
 from app.errors import GatewayError
@@ -72,7 +73,7 @@ async def test_fast_path_sql_agrees_with_limit_breach(pool, state):
             " output_tokens, max_duration_s, first_admitted_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             task_id, token_hash(token), row["admitted_requests"], row["request_limit"], row["token_limit"],
             row["input_tokens"], row["output_tokens"], row["max_duration_s"], row["first_admitted_at"])
-        admitted = await conn.fetchrow(FAST_ADMIT, token_hash(token))
+        admitted = await conn.fetchrow(FAST_ADMIT, token_hash(token), new_key(), None)
     expected = limit_breach(task_value(**row), datetime.now(timezone.utc)) is None
     assert (admitted is not None) == expected
 

@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 from app.budgets import escrow
+from app.db.commits import new_key
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the lifetime window's start
 HOLDER = "test:1:lockorder:0"
@@ -64,7 +65,7 @@ async def test_an_admission_waits_for_a_reclaiming_take_without_a_deadlock(pool,
             else:
                 if statement == "fast":  # (a new task: "first sight" reads its chain in the statement)
                     escrow.remember(task_id, [b["id"] for b in budgets])
-                admission = asyncio.ensure_future(escrow.fast_admit(admitter, HOLDER, now, task_id, task_id))
+                admission = asyncio.ensure_future(escrow.fast_admit(admitter, HOLDER, now, task_id, task_id, new_key(), None))
             await _waiting_on_a_lock(pool, admitter.get_server_pid())
             # ... and now reclaims the project's window too, while the admission waits
             await escrow.decide(taker, budgets, keys, rows, 0)
@@ -90,7 +91,8 @@ async def test_the_budgeted_fast_path_finds_the_task_by_its_token_not_its_budget
     chain = [b["id"] for b in budgets]
     async with pool.acquire() as conn, conn.transaction():
         plan = "\n".join(r[0] for r in await conn.fetch(
-            "EXPLAIN " + escrow.FAST_BY_TOKEN, task_id, HOLDER, datetime.now(timezone.utc), project, chain))
+            "EXPLAIN " + escrow.FAST_BY_TOKEN, task_id, HOLDER, datetime.now(timezone.utc), project, chain,
+            new_key(), None))
     assert "tasks_token_hash_key" in plan and "ix_tasks_budget_id" not in plan, plan
 
 
@@ -103,8 +105,8 @@ async def test_a_token_limited_budget_pays_on_the_fast_path_while_its_window_is_
 
     async def admit() -> object:
         now = datetime.now(timezone.utc)
-        args = (escrow.FAST_BY_ID, task_id, HOLDER, now, chain[-1], chain) if statement == "fast" else (
-            escrow.FIRST_BY_ID, task_id, HOLDER, now)
+        args = (escrow.FAST_BY_ID, task_id, HOLDER, now, chain[-1], chain, new_key(), None) if statement == "fast" \
+            else (escrow.FIRST_BY_ID, task_id, HOLDER, now, new_key(), None)
         try:
             return await pool.fetchrow(*args)
         except asyncpg.RaiseError:  # taskgate_abort: a lease could not pay, nothing was written
@@ -128,7 +130,7 @@ async def test_the_one_budget_fast_statement_pays_only_with_a_lease_that_still_h
     async def admit() -> object:
         try:
             return await pool.fetchrow(escrow.FAST_ONE_BY_ID, task_id, HOLDER, datetime.now(timezone.utc), team,
-                                       [team])
+                                       [team], new_key(), None)
         except asyncpg.RaiseError:  # taskgate_abort: the lease could not pay, nothing was written
             return None
 

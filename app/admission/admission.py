@@ -41,6 +41,16 @@ Every refusal of a stopped task (including the one that sets the latch) adds one
 ``refused_requests`` and is logged, one line per task at most every 10 s
 (:mod:`app.admission.refusals`).
 
+Every statement or transaction that counts a request also writes its ``admissions`` row
+under a key chosen before it was sent (:mod:`app.db.commits`). When the connection
+breaks after the attempt sent anything (a failover, the primary killed), the outcome is
+unknown: the key is fenced on whatever primary answers within
+``TASKGATE_DATABASE_RECONCILE_S``. Landed: the request is served as admitted (the task,
+its hold and budget windows read back: :func:`_reconciled`), never counted again. Not
+landed (the key is void now, nothing under it can land any more): admitted again under a
+new key. No primary in time: 503, and the key is reconciled in the background (a landed
+admission's hold is released: counted, not served).
+
 Nothing is ever refunded. A database that cannot be reached refuses the request with
 503 (fail closed); any other error propagates (a bug: 500 with a request id, see
 :func:`app.db.errors.database_unreachable`).
@@ -51,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -70,8 +81,10 @@ from app.budgets import ledger as budget_ledger
 from app.budgets import windows
 from app.budgets.rules import Verdict as BudgetVerdict
 from app.budgets.rules import budget_exhausted, budget_reserved
+from app.db import commits
 from app.db import tasks as task_rows
-from app.errors import GatewayError, fail_closed, unauthorized
+from app.db.errors import database_unreachable
+from app.errors import GatewayError, fail_closed, unauthorized, unavailable
 from app.guard import conversations
 from app.guard.conversation_rules import conversation_breach
 from app.guard.detector import Action, Verdict
@@ -84,9 +97,24 @@ from app.task import Task
 
 logger = logging.getLogger(__name__)
 
-FAST_ADMIT = f"UPDATE tasks SET {COUNT_REQUEST} WHERE token_hash = $1 AND {ADMISSIBLE} AND budget_id IS NULL RETURNING *"
+#: The fast path: one statement, its own transaction; ``$2`` the admission key, ``$3`` the
+#: request id (its ``admissions`` row, :mod:`app.db.commits`).
+FAST_ADMIT = (f"WITH counted AS (UPDATE tasks SET {COUNT_REQUEST} WHERE token_hash = $1 AND {ADMISSIBLE}"
+              " AND budget_id IS NULL RETURNING *),"
+              " logged AS (INSERT INTO admissions (key, task_id, request_id) SELECT $2, id, $3 FROM counted)"
+              " SELECT * FROM counted")
 _READ_TASK = "SELECT * FROM tasks WHERE id = $1"
-_COUNT = f"UPDATE tasks SET {COUNT_REQUEST}, reserved_usd = reserved_usd + $2 WHERE id = $1 RETURNING *"
+#: The locked path's count: ``$2`` dollars reserved, ``$3`` the admission key, ``$4`` the
+#: request id, ``$5``/``$6`` the budget windows it is counted in.
+_COUNT = (f"WITH counted AS (UPDATE tasks SET {COUNT_REQUEST}, reserved_usd = reserved_usd + $2 WHERE id = $1"
+          " RETURNING *),"
+          " logged AS (INSERT INTO admissions (key, task_id, request_id, budget_ids, window_starts)"
+          " SELECT $3, id, $4, $5::text[], $6::timestamptz[] FROM counted)"
+          " SELECT * FROM counted")
+#: A reconciled admission's hold (:func:`_reconciled`).
+_HOLD_OF = "SELECT id, amount_usd FROM reservations WHERE admission_key = $1"
+#: Attempts of one request whose keys turned out void before it is refused (503).
+VOID_ATTEMPTS = 3
 
 
 @dataclass(slots=True)
@@ -106,6 +134,8 @@ class Admitted:
     reservation_id: int | None = None
     #: The budget windows the request was counted in (settled after the exchange).
     budget_windows: tuple[budget_ledger.WindowKey, ...] = ()
+    #: Its ``admissions`` row's key (:mod:`app.db.commits`): its settlement runs once.
+    key: uuid.UUID | None = None
 
 
 class _NeedsHistory(Exception):
@@ -121,6 +151,11 @@ class _Held(Exception):
     def __init__(self, task: Task, policy: Policy, worst_usd: Decimal, budget: BudgetVerdict | None = None) -> None:
         super().__init__(task.id)
         self.task, self.policy, self.worst_usd, self.budget = task, policy, worst_usd, budget
+
+
+class _Void(Exception):
+    """The attempt's outcome was unknown and its key turned out void (nothing landed):
+    admit again under a new key."""
 
 
 class _Exhausted(Exception):
@@ -163,10 +198,16 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
         if held_id is not None:
             events.COST_HELD.emit(events.CostHeld(held_id, outcome, loop.time() - started))
 
+    voids = 0
     while True:
         try:
             admitted = await _attempt(pool, token_hash, settings, guard, charge, conversation_key, request_id,
                                      task_id)
+        except _Void:
+            voids += 1
+            if voids >= VOID_ATTEMPTS:
+                raise unavailable() from None
+            continue
         except _NeedsHistory:
             assert charge is not None  # hashed off the row lock and the event loop, then decided again
             await asyncio.to_thread(lambda: charge.history)
@@ -196,53 +237,103 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
 async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guard: GuardRequest | None,
                    charge: Charge | None, conversation_key: str, request_id: str | None,
                    task_id: str | None) -> Admitted:
-    """One admission transaction (:func:`admit`); raises :class:`_Held` when held."""
+    """One admission transaction (:func:`admit`) under a new admission key; raises
+    :class:`_Held` when held, :class:`_Void` when its outcome was unknown and nothing
+    landed."""
     started = time.perf_counter()
+    admission_key = commits.new_key()
+    sent = False
     try:
         with fail_closed("admission"):
-            async with pool.acquire() as conn:
-                global_ceiling = (settings.conversation_request_limit is not None
-                                  or settings.conversation_max_duration_s is not None)
-                fast = guard is None and not global_ceiling
-                hint = budget_ledger.budgeted(task_id or token_hash)  # None: not seen yet
-                if fast and task_id is None and hint is False:
-                    row = await conn.fetchrow(FAST_ADMIT, token_hash)  # its own transaction
-                    if row is not None:
-                        task = Task.from_row(row)
-                        return Admitted(task, Policy(task, settings))
-                key = guard.conversation_key if guard is not None else conversation_key
-                with budget_ledger.lease_slot() as holder:
-                    now = windows.now(settings.clock_offset_s)
-                    if fast and hint is not False and (  # one statement: a budget's escrow lease pays
-                            leased := await budget_ledger.fast_admit(conn, holder, now, token_hash, task_id)):
-                        return Admitted(task := Task.from_row(leased[0]), Policy(task, settings),
-                                        budget_windows=leased[1])
-                    while True:
-                        try:
-                            admitted = await _admit_locked(conn, holder, token_hash, settings, guard,
-                                                           charge or Charge(None), key, request_id, task_id)
-                            budget_ledger.remember(task_id or token_hash, [k[0] for k in admitted.budget_windows])
-                            return admitted
-                        except budget_ledger.NeedsLease as need:  # rolled back: take a slice, admit again
-                            if (taken := await budget_ledger.take(conn, need, settings)) is None:
-                                continue
-                            exhausted = _Exhausted(*taken)
-                        except _Exhausted as refused:
-                            exhausted = refused
-                        await budget_ledger.announce(conn, exhausted.key, exhausted.verdict, exhausted.refusal)
-                        raise exhausted.refusal from None
+            try:
+                async with pool.acquire() as conn:
+                    sent = True  # from here on a statement may have committed
+                    global_ceiling = (settings.conversation_request_limit is not None
+                                      or settings.conversation_max_duration_s is not None)
+                    fast = guard is None and not global_ceiling
+                    hint = budget_ledger.budgeted(task_id or token_hash)  # None: not seen yet
+                    if fast and task_id is None and hint is False:
+                        row = await conn.fetchrow(FAST_ADMIT, token_hash, admission_key, request_id)  # own transaction
+                        if row is not None:
+                            task = Task.from_row(row)
+                            return Admitted(task, Policy(task, settings), key=admission_key)
+                    key = guard.conversation_key if guard is not None else conversation_key
+                    with budget_ledger.lease_slot() as holder:
+                        now = windows.now(settings.clock_offset_s)
+                        if fast and hint is not False and (  # one statement: a budget's escrow lease pays
+                                leased := await budget_ledger.fast_admit(conn, holder, now, token_hash, task_id,
+                                                                         admission_key, request_id)):
+                            return Admitted(task := Task.from_row(leased[0]), Policy(task, settings),
+                                            budget_windows=leased[1], key=admission_key)
+                        while True:
+                            try:
+                                admitted = await _admit_locked(conn, holder, token_hash, settings, guard,
+                                                               charge or Charge(None), key, request_id, task_id,
+                                                               admission_key)
+                                budget_ledger.remember(task_id or token_hash, [k[0] for k in admitted.budget_windows])
+                                admitted.key = admission_key
+                                return admitted
+                            except budget_ledger.NeedsLease as need:  # rolled back: take a slice, admit again
+                                if (taken := await budget_ledger.take(conn, need, settings)) is None:
+                                    continue
+                                exhausted = _Exhausted(*taken)
+                            except _Exhausted as refused:
+                                exhausted = refused
+                            await budget_ledger.announce(conn, exhausted.key, exhausted.verdict, exhausted.refusal)
+                            raise exhausted.refusal from None
+            except Exception as exc:
+                if not sent or not database_unreachable(exc):
+                    raise  # nothing was sent (503), or not a lost connection
+                return await _reconciled(pool, admission_key, settings, charge)
     finally:
         events.ADMISSION_DONE.emit(events.AdmissionDone(time.perf_counter() - started))
 
 
+async def _reconciled(pool: asyncpg.Pool, key: uuid.UUID, settings: Settings, charge: Charge | None) -> Admitted:
+    """The attempt under ``key`` lost its connection after sending: fence the key
+    (:func:`app.db.commits.reconcile`). Landed: the admission as it was counted (the task
+    now, its hold, its budget windows; no loop-guard verdict). Raises :class:`_Void` when
+    nothing landed, the last unreachable error when no primary answered within
+    ``database_reconcile_s`` (the key is then reconciled in the background)."""
+    async def read(conn: asyncpg.Connection, row: asyncpg.Record) -> tuple[Task, asyncpg.Record | None,
+                                                                            asyncpg.Record]:
+        task_row = await conn.fetchrow(_READ_TASK, row["task_id"])
+        return Task.from_row(task_row), await conn.fetchrow(_HOLD_OF, key), row
+
+    try:
+        found = await commits.reconcile(pool, key, settings.database_reconcile_s, read)
+    except Exception as exc:
+        if database_unreachable(exc):
+            commits.orphans.submit(pool, key, settings.accounting_retry_s, _release_unserved)
+        raise
+    if found is None:
+        logger.warning("admission %s: its commit's answer was lost; it had not landed, admitting again", key)
+        raise _Void()
+    task, hold, row = found
+    windows_in = tuple(zip(row["budget_ids"] or (), row["window_starts"] or ()))
+    reservation = hold["amount_usd"] if hold is not None else Decimal(0)
+    logger.warning("admission %s of task %s: its commit's answer was lost; it had landed, serving it", key,
+                   task.id)
+    return Admitted(task, Policy(task, settings), None, reservation,
+                    charge.added_output_max(task, bool(reservation) or None) if charge is not None else None,
+                    hold["id"] if hold is not None else None, windows_in, key)
+
+
+async def _release_unserved(conn: asyncpg.Connection, row: asyncpg.Record) -> None:
+    """An admission that landed although its request was refused (503): release its
+    hold, as the sweep would once its owner is gone."""
+    await reservations.release_admission(conn, row["key"], "admitted_unserved")
+
+
 async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, settings: Settings,
                         guard: GuardRequest | None, charge: Charge, conversation_key: str,
-                        request_id: str | None, task_id: str | None) -> Admitted:
+                        request_id: str | None, task_id: str | None, admission_key: uuid.UUID) -> Admitted:
     if task_id is None and guard is not None and agent_turn.may_take(token_hash, settings):
-        known = await known_turn.admit_known(conn, token_hash, guard, settings)
+        known = await known_turn.admit_known(conn, token_hash, guard, settings, admission_key, request_id)
         if known is not None:
             return Admitted(known.task, known.policy, known.verdict, output_max=charge.added_output_max(known.task))
-        turned = await _admit_turn(conn, token_hash, settings, guard, charge, conversation_key, request_id)
+        turned = await _admit_turn(conn, token_hash, settings, guard, charge, conversation_key, request_id,
+                                   admission_key)
         if turned is not None:
             return turned
     async with conn.transaction():
@@ -283,9 +374,10 @@ async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, 
                     raise _Exhausted(budget_exhausted(task.id, reserved.verdict), reserved.refused,
                                     reserved.verdict)
                 keys = reserved.windows
-            admitted = Task.from_row(await conn.fetchrow(_COUNT, task.id, reservation))
+            admitted = Task.from_row(await conn.fetchrow(_COUNT, task.id, reservation, admission_key, request_id,
+                                                         [b for b, _ in keys], [w for _, w in keys]))
             held = await reservations.hold(conn, task.id, reservation, reservations.deadline_s(policy),
-                                           keys) if reservation else None
+                                           keys, admission_key) if reservation else None
             return Admitted(admitted, Policy(admitted, settings), verdict, reservation,
                             charge.added_output_max(task, metered), held, keys)
         log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))
@@ -306,13 +398,14 @@ async def _refuse(conn: asyncpg.Connection, task: Task, refusal: GatewayError) -
 
 
 async def _admit_turn(conn: asyncpg.Connection, token_hash: str, settings: Settings, guard: GuardRequest,
-                      charge: Charge, conversation_key: str, request_id: str | None) -> Admitted | None:
+                      charge: Charge, conversation_key: str, request_id: str | None,
+                      admission_key: uuid.UUID) -> Admitted | None:
     """The agent-turn path (:mod:`app.admission.turn`): ``BEGIN``, one ``SELECT``,
     ``COMMIT`` for an admitted turn. ``None``: nothing was written (the task may not take
     this path, or the loop guard stops it: rolled back), decide the usual way."""
     try:
         async with conn.transaction():
-            turn = await agent_turn.open_turn(conn, token_hash, guard, settings)
+            turn = await agent_turn.open_turn(conn, token_hash, guard, settings, admission_key, request_id)
             if turn is None:
                 raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
             if not turn.recorded:

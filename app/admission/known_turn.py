@@ -33,6 +33,7 @@ it cannot predict (repeated call ids), a misprediction and a window that changed
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -48,9 +49,13 @@ from app.guard.policy import Policy
 from app.settings import Settings
 from app.task import Task
 
+#: ``$19`` the admission key and ``$20`` the request id: an admitted turn's ``admissions``
+#: row (:mod:`app.db.commits`), in the same statement.
 _KNOWN = (
-    "SELECT (f.task).*, f.known," + WINDOW_COLUMNS + " FROM taskgate_known_turn($1, $2, $3, $4, $5, $6, $7, $8,"
-    " $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) AS f"
+    "WITH f AS (SELECT * FROM taskgate_known_turn($1, $2, $3, $4, $5, $6, $7, $8,"
+    " $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)),"
+    " logged AS (INSERT INTO admissions (key, task_id, request_id) SELECT $19, (f.task).id, $20 FROM f WHERE f.known)"
+    " SELECT (f.task).*, f.known," + WINDOW_COLUMNS + " FROM f"
 )
 #: Raised by ``taskgate_known_turn()`` when the turn differs from its prediction.
 MISPREDICTED = "TG001"
@@ -68,10 +73,11 @@ class Known:
 
 
 async def admit_known(conn: asyncpg.Connection, token_hash: str, guard: GuardRequest,
-                      settings: Settings) -> Known | None:
+                      settings: Settings, admission_key: uuid.UUID, request_id: str | None) -> Known | None:
     """Admit the turn in one or two statements when its predicted verdict is ``OK`` (see
-    the module docstring). ``None``: nothing was written; decide the usual way. ``conn``
-    is not in a transaction. Database errors other than a misprediction propagate."""
+    the module docstring), its ``admissions`` row under ``admission_key`` in the same
+    statement. ``None``: nothing was written; decide the usual way. ``conn`` is not in a
+    transaction. Database errors other than a misprediction propagate."""
     expected = agent_turn.expectation(token_hash)
     if expected is None:
         return None
@@ -101,7 +107,7 @@ async def admit_known(conn: asyncpg.Connection, token_hash: str, guard: GuardReq
             row = await conn.fetchrow(
                 _KNOWN, token_hash, loop_guard, key, size, *send[0], *send[1],
                 None if before is None else known_windows.digest(before), new_calls, completed,
-                settings.tool_call_limit, settings.conversation_tool_call_limit)
+                settings.tool_call_limit, settings.conversation_tool_call_limit, admission_key, request_id)
         except asyncpg.PostgresError as exc:
             if exc.sqlstate != MISPREDICTED:
                 raise

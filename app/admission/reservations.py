@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -48,9 +49,11 @@ START_TIME_TOLERANCE_S = 1.0
 
 _HOLD = (
     "INSERT INTO reservations (task_id, amount_usd, deadline_at, owner_host, owner_pid, owner_started_at,"
-    " budget_ids, budget_window_starts)"
-    " VALUES ($1, $2, now() + $3 * interval '1 second', $4, $5, $6, $7, $8) RETURNING id"
+    " budget_ids, budget_window_starts, admission_key)"
+    " VALUES ($1, $2, now() + $3 * interval '1 second', $4, $5, $6, $7, $8, $9) RETURNING id"
 )
+#: The holds of one admission (``$1`` its key, :mod:`app.db.commits`).
+_OF_ADMISSION = "SELECT id FROM reservations WHERE admission_key = $1"
 _OVERDUE = (
     "SELECT id, owner_host, owner_pid, owner_started_at, deadline_at < now() AS overdue FROM reservations"
     " WHERE (deadline_at < now() OR $2::text IS NOT NULL) AND ($2::text IS NULL OR task_id = $2)"
@@ -148,12 +151,13 @@ def deadline_s(policy: Policy) -> float:
 
 
 async def hold(conn: asyncpg.Connection, task_id: str, amount_usd: Decimal, seconds: float,
-               budget_windows: Sequence[tuple[str, datetime]] = ()) -> int:
+               budget_windows: Sequence[tuple[str, datetime]] = (), admission_key: uuid.UUID | None = None) -> int:
     """Record one hold (inside the admission transaction); returns its id.
-    ``budget_windows`` are the ``(budget_id, window_start)`` windows it also reserved in."""
+    ``budget_windows`` are the ``(budget_id, window_start)`` windows it also reserved in;
+    ``admission_key`` the admission's key (:mod:`app.db.commits`)."""
     me = this_process()
     hold_id: int = await conn.fetchval(_HOLD, task_id, amount_usd, seconds, me.host, me.pid, me.started_at,
-                               [b for b, _ in budget_windows], [w for _, w in budget_windows])
+                               [b for b, _ in budget_windows], [w for _, w in budget_windows], admission_key)
     return hold_id
 
 
@@ -169,16 +173,31 @@ def releasable(rows: Sequence[asyncpg.Record], here: str, started: Callable[[int
     return out
 
 
+async def _release_ids(conn: asyncpg.Connection, ids: list[int], reason: str) -> list[asyncpg.Record]:
+    async with conn.transaction():  # the admission's lock order: tasks, then windows root first
+        await conn.execute(_LOCK_TASKS, ids)
+        await conn.execute(_LOCK_WINDOWS, ids)
+        done: list[asyncpg.Record] = await conn.fetch(_RELEASE, ids, reason)
+    return done
+
+
+async def release_admission(conn: asyncpg.Connection, admission_key: uuid.UUID, reason: str) -> Released:
+    """Release the holds of one admission whose request was never served (refused while
+    its commit's outcome was unknown: :mod:`app.db.commits`), as the sweep releases a
+    gone owner's: amounts off ``reserved_usd`` and its budget windows, a
+    ``reservation_released`` event with ``reason``."""
+    ids = [r["id"] for r in await conn.fetch(_OF_ADMISSION, admission_key)]
+    done = await _release_ids(conn, ids, reason) if ids else []
+    return Released(sum(r["n"] for r in done), sum((r["usd"] for r in done), Decimal(0)))
+
+
 async def _release(pool: asyncpg.Pool, task_id: str | None, reason: str) -> Released:
     async with pool.acquire() as conn:
         rows = await conn.fetch(_OVERDUE, SWEEP_BATCH, task_id)
         ids = releasable(rows, this_process().host, started_at, by_hand=task_id is not None)
         if not ids:
             return Released()
-        async with conn.transaction():  # the admission's lock order: tasks, then windows root first
-            await conn.execute(_LOCK_TASKS, ids)
-            await conn.execute(_LOCK_WINDOWS, ids)
-            done = await conn.fetch(_RELEASE, ids, reason)
+        done = await _release_ids(conn, ids, reason)
     released = Released(sum(r["n"] for r in done), sum((r["usd"] for r in done), Decimal(0)))
     for r in done:
         logger.warning("released %d stranded reservation(s) of task %s ($%s): %s",

@@ -22,6 +22,7 @@ turn in one autocommit statement first; this path runs when it cannot.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -40,11 +41,16 @@ from app.guard.result_prints import config_for, fingerprints
 from app.settings import Settings
 from app.task import LoopGuard, Task
 
+#: ``$16`` the admission key and ``$17`` the request id: a counted turn's ``admissions``
+#: row (:mod:`app.db.commits`), written in the same statement.
 _TURN = (
-    "SELECT (f.task).*, f.recorded AS turn_recorded, f.counted AS turn_counted, f.new_calls AS turn_new_calls,"
+    "WITH f AS (SELECT * FROM taskgate_agent_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)),"
+    " logged AS (INSERT INTO admissions (key, task_id, request_id) SELECT $16, (f.task).id, $17 FROM f"
+    " WHERE f.counted)"
+    " SELECT (f.task).*, f.recorded AS turn_recorded, f.counted AS turn_counted, f.new_calls AS turn_new_calls,"
     " f.completed AS turn_completed, f.conversation_calls AS turn_conversation_calls,"
     + WINDOW_COLUMNS +
-    " FROM taskgate_agent_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) AS f"
+    " FROM f"
 )
 
 #: token hash -> (the task as last locked here, its ``loop_guard`` JSON as stored).
@@ -74,10 +80,10 @@ class Turn:
 
 
 async def open_turn(conn: asyncpg.Connection, token_hash: str, guard: GuardRequest,
-                    settings: Settings) -> Turn | None:
+                    settings: Settings, admission_key: uuid.UUID, request_id: str | None) -> Turn | None:
     """Lock the task of ``token_hash`` and, where it may, record and count the request
-    (see the module docstring). ``None``: no such task. Runs inside the admission
-    transaction; the caller commits."""
+    (see the module docstring) with its ``admissions`` row under ``admission_key``.
+    ``None``: no such task. Runs inside the admission transaction; the caller commits."""
     seen = _seen.get(token_hash)
     if seen is None and _template:  # a task not seen here yet: most tasks override nothing
         seen = (replace(_template[0], loop_guard=LoopGuard()), {})
@@ -90,7 +96,7 @@ async def open_turn(conn: asyncpg.Connection, token_hash: str, guard: GuardReque
         window, calls, results = rows(expected, guard, settings)
         limit = settings.conversation_tool_call_limit is not None  # the task's own: read on its row
     row = await conn.fetchrow(_TURN, token_hash, expect, loop_guard, guard.conversation_key, window, limit,
-                              *calls, *results)
+                              *calls, *results, admission_key, request_id)
     if row is None:
         return None
     task = Task.from_row(row)

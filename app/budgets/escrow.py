@@ -45,6 +45,7 @@ import itertools
 import os
 import secrets
 import socket
+import uuid
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -166,6 +167,9 @@ LEASE_SPENT = ("(SELECT COALESCE(sum(l.spent), 0)::bigint FROM budget_leases l"
 #: where the planner could pick the budget's index and scan every task of the budget
 #: (it did, on tables not analysed yet) instead of the unique token or id.
 #:
+#: ``$6`` (the admission key) and ``$7`` (the request id) write the request's ``admissions``
+#: row with the windows it was counted in (:mod:`app.db.commits`).
+#:
 #: ``{leases}`` picks the lease rows: a chain of one budget updates its one lease row
 #: directly; a longer chain first locks its leases root first (``mine``). The budget rows
 #: are joined by id, each checked against its place in ``$5`` with ``array_position``:
@@ -182,7 +186,12 @@ _FAST = """
          WHERE l.holder = $2 AND {which}
            AND b.id = l.budget_id AND b.parent_id IS NOT DISTINCT FROM ($5::text[])[array_position($5::text[], b.id) - 1]
            AND {PAYS}
-        RETURNING l.budget_id, l.window_start)
+        RETURNING l.budget_id, l.window_start),
+    logged AS (
+        INSERT INTO admissions (key, task_id, request_id, budget_ids, window_starts)
+        SELECT $6, c.id, $7, $5::text[],
+               (SELECT array_agg(window_start ORDER BY array_position($5::text[], budget_id)) FROM paid)
+          FROM counted c)
     SELECT c.*, p.starts AS lease_window_starts
       FROM counted c,
            (SELECT array_agg(window_start ORDER BY array_position($5::text[], budget_id)) AS starts FROM paid) p
@@ -203,7 +212,8 @@ _CHAIN_LEASES = {"leases": """
                  "source": "mine, ", "which": "l.budget_id = mine.budget_id AND l.window_start = mine.window_start"}
 #: The fast path of a task this process has not seen yet, with or without a budget: as
 #: :data:`_FAST`, the chain read from the counted task's budget (none: the plain fast
-#: path). Returns the chain's ids too, for :func:`remember`.
+#: path). Returns the chain's ids too, for :func:`remember`. ``$4``/``$5``: the admission
+#: key and request id, as ``$6``/``$7`` of :data:`_FAST`.
 _FIRST_SIGHT = """
     WITH RECURSIVE counted AS (
         UPDATE tasks SET {COUNT_REQUEST}
@@ -225,7 +235,12 @@ _FIRST_SIGHT = """
          WHERE l.holder = $2 AND l.budget_id = b.id
            AND l.budget_id = mine.budget_id AND l.window_start = mine.window_start
            AND {PAYS}
-        RETURNING l.budget_id, l.window_start)
+        RETURNING l.budget_id, l.window_start),
+    logged AS (
+        INSERT INTO admissions (key, task_id, request_id, budget_ids, window_starts)
+        SELECT $4, c.id, $5, (SELECT array_agg(id ORDER BY depth) FROM up),
+               (SELECT array_agg(p.window_start ORDER BY u.depth) FROM paid p JOIN up u ON u.id = p.budget_id)
+          FROM counted c)
     SELECT c.*, (SELECT array_agg(id ORDER BY depth) FROM up) AS lease_chain,
            (SELECT array_agg(p.window_start ORDER BY u.depth) FROM paid p JOIN up u ON u.id = p.budget_id)
            AS lease_window_starts
@@ -291,23 +306,27 @@ async def spend(conn: asyncpg.Connection, holder: str, task_id: str, budgets: Se
 
 
 async def fast_admit(conn: asyncpg.Connection, holder: str, at: datetime, token_hash: str,
-                     task_id: str | None = None) -> tuple[Any, tuple[WindowKey, ...]] | None:
+                     task_id: str | None, admission_key: uuid.UUID,
+                     request_id: str | None) -> tuple[Any, tuple[WindowKey, ...]] | None:
     """The fast path of a task with no dollar ceiling of its own: in one statement,
     the request counted on the task and paid by the holder's lease of every budget of
     its chain (:data:`_FAST`; for a task this process has not seen yet, with or without
-    a budget, :data:`_FIRST_SIGHT`). The task's row after counting and the windows it
-    was counted in; ``None`` when it did not apply (nothing was written)."""
+    a budget, :data:`_FIRST_SIGHT`), with its ``admissions`` row under ``admission_key``.
+    The task's row after counting and the windows it was counted in; ``None`` when it
+    did not apply (nothing was written)."""
     key = task_id or token_hash
     chain = _chains.get(key)
     try:
         if chain is None:
-            row = await conn.fetchrow(FIRST_BY_ID if task_id else FIRST_BY_TOKEN, key, holder, at)
+            row = await conn.fetchrow(FIRST_BY_ID if task_id else FIRST_BY_TOKEN, key, holder, at, admission_key,
+                                      request_id)
             if row is not None:
                 chain = tuple(row["lease_chain"] or ())
                 remember(key, chain)
         elif chain:
             statement = ((FAST_BY_ID, FAST_BY_TOKEN), (FAST_ONE_BY_ID, FAST_ONE_BY_TOKEN))[len(chain) == 1]
-            row = await conn.fetchrow(statement[task_id is None], key, holder, at, chain[-1], list(chain))
+            row = await conn.fetchrow(statement[task_id is None], key, holder, at, chain[-1], list(chain),
+                                      admission_key, request_id)
         else:
             return None
     except asyncpg.RaiseError:

@@ -2,7 +2,9 @@
 
 The gateway fails closed with 503 ``gateway_unavailable`` only while the database is
 actually out of reach: the connection is refused, reset or times out, the server is
-starting up, shutting down or out of connections, or the pool is closed. Any other
+starting up, shutting down or out of connections, no host of a multi-host URL accepts
+writes (a failover in progress), the server turned read-only (``25006``: a demoted
+primary), or the pool is closed. Any other
 database error (a constraint, a value out of a column's range, a syntax error) means
 taskgate sent something it should not have: a bug, answered 500 with a request id.
 """
@@ -17,11 +19,16 @@ import asyncpg
 UNREACHABLE_SQLSTATE_CLASSES = frozenset({"08", "53", "58"})
 #: Single SQLSTATEs of the same kind: 57P01 admin shutdown, 57P02 crash shutdown,
 #: 57P03 cannot connect now (starting up / in recovery), 57P05 idle session timeout,
-#: 57014 query canceled (statement timeout), 25P03 idle-in-transaction timeout.
-UNREACHABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "57P05", "57014", "25P03"})
+#: 57014 query canceled (statement timeout), 25P03 idle-in-transaction timeout,
+#: 25006 read-only transaction (a write reached a standby, or a primary being demoted).
+UNREACHABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "57P05", "57014", "25P03", "25006"})
+#: Of those, the ones that say this server is gone or no longer the primary.
+_GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "25006"})
 #: asyncpg ``InterfaceError`` messages raised when a connection or pool is gone.
+#: ("released back to the pool": asyncpg took back a checked-out connection the server
+#: closed, a failover, and refuses further calls on it.)
 _GONE_MARKERS = ("connection is closed", "pool is closed", "pool is closing",
-                 "connection was closed", "pool is not initialized")
+                 "connection was closed", "pool is not initialized", "released back to the pool")
 
 
 def database_unreachable(exc: BaseException) -> bool:
@@ -38,6 +45,8 @@ def database_unreachable(exc: BaseException) -> bool:
     if isinstance(exc, asyncpg.PostgresError):
         state = getattr(exc, "sqlstate", None) or ""
         return state[:2] in UNREACHABLE_SQLSTATE_CLASSES or state in UNREACHABLE_SQLSTATES
+    if isinstance(exc, asyncpg.TargetServerAttributeNotMatched):
+        return True  # no host of a multi-host URL takes writes now: a failover in progress
     if isinstance(exc, asyncpg.InternalClientError):
         # asyncpg's protocol state on a connection the server dropped mid-query
         # ("cannot switch to state 12; another operation is in progress"): seen when
@@ -47,3 +56,18 @@ def database_unreachable(exc: BaseException) -> bool:
         message = str(exc).lower()
         return any(marker in message for marker in _GONE_MARKERS)
     return False
+
+
+def server_gone(exc: BaseException) -> bool:
+    """``True`` when ``exc`` says the server a connection reached is gone or no longer
+    takes writes (refused or reset, shut down, crashed, starting up, read-only, the
+    connection closed under a query): the pool's other connections to it are useless
+    too. Not for timeouts (an overloaded server is still there). Pure; never raises."""
+    if isinstance(exc, TimeoutError):
+        return False
+    if isinstance(exc, (OSError, asyncpg.ConnectionDoesNotExistError, asyncpg.TargetServerAttributeNotMatched)):
+        return True
+    if isinstance(exc, asyncpg.PostgresError):
+        state = getattr(exc, "sqlstate", None) or ""
+        return state[:2] == "08" or state in _GONE_SQLSTATES
+    return database_unreachable(exc) and isinstance(exc, asyncpg.InterfaceError)

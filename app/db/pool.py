@@ -6,11 +6,13 @@ trips, greenlet switches, result processing) cost several times the query itself
 SQLAlchemy still owns the schema (:mod:`app.db.schema`) and the alembic migrations.
 
 Commit durability: every commit waits for its WAL to reach the disk (PostgreSQL's
-default ``synchronous_commit = on``), so an admitted reservation survives a crash of
-PostgreSQL before any byte goes upstream. Only the post-response accounting (usage,
-ledger rows, stream events) opts out, with ``SET LOCAL synchronous_commit = off`` inside
-its own transactions (:func:`relaxed`, :data:`RELAXED_COMMIT`): a PostgreSQL crash can lose the last ~0.6 s of
-those (at most 3 × ``wal_writer_delay``). See
+default ``synchronous_commit = on``), and to reach a synchronous standby's disk where the
+server has one (docs/scaling.md, "High availability"), so an admitted reservation
+survives a crash of PostgreSQL, or the loss of the primary, before any byte goes
+upstream. Only the post-response accounting (usage, ledger rows, stream events) opts
+out, with ``synchronous_commit = off`` for its own transactions (:func:`relaxed`,
+:data:`RELAXED_COMMIT`) on a server without synchronous standbys: a PostgreSQL crash can
+lose the last ~0.6 s of those (at most 3 × ``wal_writer_delay``). See
 https://www.postgresql.org/docs/current/wal-async-commit.html.
 
 PgBouncer in transaction mode: nothing here needs session state. No startup parameter
@@ -22,24 +24,30 @@ prepared statement outlives its transaction unless asyncpg's statement cache is 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from app.db.fair_pool import create_fair_pool
+from app.db.fair_pool import GuardedConnection, create_fair_pool
+from app.db.urls import asyncpg_dsn
 from app.settings import Settings
 from app.wire import json_text
 
-
-def asyncpg_dsn(database_url: str) -> str:
-    """``postgresql+asyncpg://...`` (SQLAlchemy form) → ``postgresql://...`` (libpq form)."""
-    scheme, sep, rest = database_url.partition("://")
-    return f"postgresql://{rest}" if sep and scheme.startswith("postgres") else database_url
+__all__ = ["asyncpg_dsn", "create_pool", "durable", "relaxed", "RELAXED_COMMIT", "statement_cache_size"]
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
     for type_name in ("json", "jsonb"):
         await conn.set_type_codec(type_name, encoder=json.dumps, decoder=json_text.loads,
                                   schema="pg_catalog")
+
+
+def _initializer(settings: Settings) -> Callable[[asyncpg.Connection], Awaitable[None]]:
+    async def init(conn: asyncpg.Connection) -> None:
+        if isinstance(conn, GuardedConnection):
+            conn.statement_timeout_s = settings.database_timeout_s
+        await _init_connection(conn)
+    return init
 
 
 async def _keep_session(conn: asyncpg.Connection) -> None:
@@ -61,9 +69,12 @@ def statement_cache_size(settings: Settings, direct: bool) -> int:
 
 async def create_pool(database_url: str, settings: Settings, *, direct: bool = False) -> asyncpg.Pool:
     """A pool of up to ``database_pool_size`` connections, handed out first come, first
-    served (:mod:`app.db.fair_pool`); connects and queries time out
+    served (:mod:`app.db.fair_pool`); connects and statements time out
     after ``database_timeout_s`` seconds, so an unreachable database fails a request
-    (503) instead of hanging it. JSON and JSONB columns decode to Python objects.
+    (503) instead of hanging it (a statement that may commit is never cancelled: its
+    connection is closed instead, :class:`~app.db.fair_pool.GuardedConnection`). JSON and
+    JSONB columns decode to Python objects. A multi-host ``database_url``
+    (:mod:`app.db.urls`) is tried host by host for every new connection.
     ``direct``: ``database_url`` is known not to be PgBouncer (see
     :func:`statement_cache_size`)."""
     return await create_fair_pool(
@@ -71,9 +82,9 @@ async def create_pool(database_url: str, settings: Settings, *, direct: bool = F
         min_size=0,  # no floor to restore: asyncpg logs a traceback per failed attempt
         max_size=settings.database_pool_size,
         timeout=settings.database_timeout_s,
-        command_timeout=settings.database_timeout_s,
+        command_timeout=None,  # GuardedConnection bounds each statement (never a cancel at COMMIT)
         statement_cache_size=statement_cache_size(settings, direct),
-        init=_init_connection,
+        init=_initializer(settings),
         reset=_keep_session,
         # client_encoding spelt as PostgreSQL reports it: asyncpg's default 'utf-8' differs
         # from the server's 'UTF8', and PgBouncer then re-sends SET client_encoding before
@@ -88,14 +99,22 @@ async def durable(conn: asyncpg.Connection) -> None:
     await conn.execute("SET LOCAL synchronous_commit = on")
 
 
+#: ``synchronous_commit`` for relaxed post-response records: ``off`` on a server without
+#: synchronous standbys, else the session's own (``on``). With a synchronous standby an
+#: ``off`` commit returns before the standby has it, so a failover would lose the last
+#: usage, settlements and hold releases (a hold stranded, dollars uncounted).
+_RELAXED_LEVEL = ("CASE WHEN current_setting('synchronous_standby_names') = '' THEN 'off'"
+                  " ELSE current_setting('synchronous_commit') END")
 #: A ``FROM`` item that makes the transaction it runs in commit without waiting for the
-#: disk: :func:`relaxed` inside one statement, for a statement that is its own
-#: transaction (one round trip instead of ``BEGIN``, ``SET LOCAL``, the statement,
-#: ``COMMIT``). ``set_config(..., true)`` is ``SET LOCAL``; it ends with the transaction.
-RELAXED_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true)) AS relaxed_commit"
+#: disk (:data:`_RELAXED_LEVEL`): :func:`relaxed` inside one statement, for a statement
+#: that is its own transaction (one round trip instead of ``BEGIN``, ``SET LOCAL``, the
+#: statement, ``COMMIT``). ``set_config(..., true)`` is ``SET LOCAL``; it ends with the
+#: transaction.
+RELAXED_COMMIT = f"(SELECT set_config('synchronous_commit', {_RELAXED_LEVEL}, true)) AS relaxed_commit"
 
 
 async def relaxed(conn: asyncpg.Connection) -> None:
     """Let the current transaction commit without waiting for the disk (post-response
-    accounting only: it is never a reservation)."""
-    await conn.execute("SET LOCAL synchronous_commit = off")
+    accounting only: it is never a reservation), unless the server replicates
+    synchronously (:data:`_RELAXED_LEVEL`)."""
+    await conn.execute(f"SELECT set_config('synchronous_commit', {_RELAXED_LEVEL}, true)")

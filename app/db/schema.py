@@ -27,7 +27,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 metadata = MetaData()
 
@@ -135,6 +135,8 @@ reservations = Table(
     # the budget windows the hold also reserved in (migration 0007); NULL once released
     Column("budget_ids", ARRAY(Text)),
     Column("budget_window_starts", ARRAY(DateTime(timezone=True))),
+    # the admission that took the hold (migration 0015), to rebuild a reconciled one
+    Column("admission_key", UUID(as_uuid=True)),
     Index("ix_reservations_deadline_at", "deadline_at"),
     Index("ix_reservations_task_id", "task_id"),
 )
@@ -270,4 +272,23 @@ budget_keys = Table(
     Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("revoked_at", DateTime(timezone=True)),
+)
+
+#: The admission log (migration 0015, :mod:`app.db.commits`): one row per counted
+#: request under the key the gateway chose before sending it, so a commit whose answer
+#: never arrived is reconciled (read back) instead of retried. ``task_id`` NULL: a
+#: *void* key, fenced before any admission under it landed. Kept
+#: ``TASKGATE_ADMISSION_LOG_RETENTION_S``.
+admissions = Table(
+    "admissions",
+    metadata,
+    Column("key", UUID(as_uuid=True), primary_key=True),
+    Column("task_id", Text),
+    Column("request_id", Text),
+    Column("admitted_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("budget_ids", ARRAY(Text)),
+    Column("window_starts", ARRAY(DateTime(timezone=True))),
+    Column("reconciled_at", DateTime(timezone=True)),
+    Column("settled_at", DateTime(timezone=True)),
+    Index("ix_admissions_admitted_at", "admitted_at", postgresql_using="brin"),
 )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -36,6 +37,7 @@ from app.admission.cost import Settlement, settle
 from app.admission.holds import holds
 from app.budgets import ledger as budget_ledger
 from app.config.schema import Price
+from app.db import commits
 from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
 from app.db.pool import RELAXED_COMMIT, relaxed
@@ -104,6 +106,7 @@ class Accounting:
     provider: str | None = None
     reservation_id: int | None = None  # the hold's row, deleted as it settles
     budget_windows: tuple[budget_ledger.WindowKey, ...] = ()  # where the request was counted
+    admission_key: uuid.UUID | None = None  # its admission log row: settled once (app.db.commits.settling)
     cuts_repeating: bool = True  # a stream repeating itself is cut (its action is not warn)
     _recorded: bool = field(default=False, init=False)  # usage, tool calls and verdict written (maybe early)
 
@@ -207,17 +210,27 @@ class Accounting:
         # only while the hold's row is there
         in_window = (self.budget_windows[0] if len(self.budget_windows) == 1
                      and not (settlement is not None and settlement.release_usd) else None)
-        if self.budget_windows and in_window is None and (summary.usage is not None or settlement is not None):
-            await self._retried(lambda: self._settle_budgets(summary.usage, settlement),
-                                f"the budget settlement of a response of task {self.task_id}")
-        if summary.tool_calls or summary.usage is not None or settlement is not None \
-                or summary.text_sha256 is not None:
+        in_budgets = bool(self.budget_windows and in_window is None
+                          and (summary.usage is not None or settlement is not None))
+        recorded = bool(summary.tool_calls or summary.usage is not None or settlement is not None
+                        or summary.text_sha256 is not None)
+        if in_budgets or recorded:
             usage = summary.usage
 
             async def record() -> None:
+                """The budget windows' settlement, then the response's record, in one
+                transaction that runs once per admission: retried after a lost commit, it
+                writes nothing again when the first one landed (app.db.commits.settling)."""
                 nonlocal verdict
-                verdict = await self._record_response(summary, settlement, in_window)
-            await self._retried(record, f"the usage ({usage.input_tokens if usage else 0} input, "
+                async with commits.settling(self.pool, self.admission_key,
+                                            self.task_id if in_budgets else None) as first:
+                    if not first:
+                        return
+                    if in_budgets:
+                        await self._settle_budgets(summary.usage, settlement)
+                    if recorded:
+                        verdict = await self._record_response(summary, settlement, in_window)
+            await self._retried(record, f"the budget settlement, usage ({usage.input_tokens if usage else 0} input, "
                                 f"{usage.output_tokens if usage else 0} output tokens), cost and "
                                 f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")
             if self.reservation_usd:

@@ -221,6 +221,7 @@ async def proxy_post(request: Request) -> Response:
     reservation, price, add_usage, charge = Decimal(0), None, False, None  # free endpoints cost nothing
     held: int | None = None
     budget_windows: tuple = ()
+    admission_key = None  # its admission log row (app.db.commits): settled once
     if endpoint.kind != endpoints.FREE:
         charge = charge_for(route, body, payload, embeddings=path == "/v1/embeddings", what=f"POST {path}",
                             path=path)
@@ -236,6 +237,7 @@ async def proxy_post(request: Request) -> Response:
         reservation, price = admitted.reservation_usd, route.price if route else None
         held = admitted.reservation_id
         budget_windows = admitted.budget_windows
+        admission_key = admitted.key
         notice = await notice_for(pool, settings, task, admitted.verdict, conv_key)
         add_usage = needs_usage(fmt, path, payload, task, settings.stream_usage)
         if admitted.output_max is not None:  # the bound the reservation assumed, enforced upstream
@@ -251,7 +253,7 @@ async def proxy_post(request: Request) -> Response:
                             seen_answer_sha256=seen_answer, request_id=request_id, endpoint=path,
                             model=route.requested_model if route is not None else model,
                             provider=route.provider_name if route is not None else None,
-                            reservation_id=held, budget_windows=budget_windows,
+                            reservation_id=held, budget_windows=budget_windows, admission_key=admission_key,
                             cuts_repeating=guarded and policy.cuts_repeating)
     return RelayResponse(
         state.client, destination.with_body(body), fmt,
