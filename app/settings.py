@@ -69,20 +69,11 @@ class Settings(BaseSettings):
         description="Run alembic migrations at start-up (always done for the embedded database).",
     )
     database_pool_size: int = 10
-    database_timeout_s: float = Field(
-        default=5.0, description="Connect and statement timeout for admission queries."
-    )
-    database_reconcile_s: float = Field(
-        default=30.0, gt=0,
-        description="Seconds a request whose admission's commit lost its answer (the primary died, a "
-        "failover) waits for a primary to say whether it landed (app/db/commits.py) before it is "
-        "refused (503); the key is then reconciled in the background.",
-    )
-    admission_log_retention_s: float = Field(
-        default=3600.0, gt=0,
-        description="Seconds the admission log (one row per counted request, for reconciling commits "
-        "whose answer was lost) keeps its rows; pruned by the reservation sweep's job.",
-    )
+    database_timeout_s: float = Field(default=5.0, description="Connect and statement timeout for admission queries.")
+    database_reconcile_s: float = Field(default=30.0, gt=0, description="Seconds a request whose admission's commit "
+                                        "lost its answer waits to learn if it landed, then 503 (app/db/commits.py).")
+    admission_log_retention_s: float = Field(default=3600.0, gt=0, description="Seconds the admission log (one row "
+                                             "per counted request, app/db/commits.py) keeps its rows.")
 
     # --- database: replicas, PgBouncer, faults (see docs/faults.md) ------------
     migration_database_url: str | None = Field(

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 import asyncpg
 import pytest
 
-from app.budgets import escrow
+from app.budgets import escrow, fast_path
 from app.db.commits import new_key
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the lifetime window's start
@@ -65,7 +65,8 @@ async def test_an_admission_waits_for_a_reclaiming_take_without_a_deadlock(pool,
             else:
                 if statement == "fast":  # (a new task: "first sight" reads its chain in the statement)
                     escrow.remember(task_id, [b["id"] for b in budgets])
-                admission = asyncio.ensure_future(escrow.fast_admit(admitter, HOLDER, now, task_id, task_id, new_key(), None))
+                admission = asyncio.ensure_future(fast_path.fast_admit(admitter, HOLDER, now, task_id, task_id,
+                                                                       new_key(), None))
             await _waiting_on_a_lock(pool, admitter.get_server_pid())
             # ... and now reclaims the project's window too, while the admission waits
             await escrow.decide(taker, budgets, keys, rows, 0)

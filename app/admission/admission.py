@@ -41,15 +41,9 @@ Every refusal of a stopped task (including the one that sets the latch) adds one
 ``refused_requests`` and is logged, one line per task at most every 10 s
 (:mod:`app.admission.refusals`).
 
-Every statement or transaction that counts a request also writes its ``admissions`` row
-under a key chosen before it was sent (:mod:`app.db.commits`). When the connection
-breaks after the attempt sent anything (a failover, the primary killed), the outcome is
-unknown: the key is fenced on whatever primary answers within
-``TASKGATE_DATABASE_RECONCILE_S``. Landed: the request is served as admitted (the task,
-its hold and budget windows read back: :func:`_reconciled`), never counted again. Not
-landed (the key is void now, nothing under it can land any more): admitted again under a
-new key. No primary in time: 503, and the key is reconciled in the background (a landed
-admission's hold is released: counted, not served).
+Whatever counts a request writes its ``admissions`` row under a key chosen first
+(:mod:`app.db.commits`); an attempt that lost its connection after sending is
+reconciled, never retried blindly (:mod:`app.admission.reconcile`).
 
 Nothing is ever refunded. A database that cannot be reached refuses the request with
 503 (fail closed); any other error propagates (a bug: 500 with a request id, see
@@ -62,14 +56,17 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, NoReturn
 
 import asyncpg
 
-from app.admission import ceiling, in_flight, known_turn, reservations
+from app.admission import ceiling, in_flight, known_turn, reconcile, reservations
+from app.admission.outcomes import Admitted
+from app.admission.outcomes import Exhausted as _Exhausted
+from app.admission.outcomes import Held as _Held
+from app.admission.outcomes import NeedsHistory as _NeedsHistory
 from app.admission import anchor_rows
 from app.admission import turn as agent_turn
 from app.admission.charge import Charge, charge_refusal
@@ -79,7 +76,6 @@ from app.admission.limits import ADMISSIBLE, COUNT_REQUEST, limit_breach
 from app.admission.refusals import count_refusal, log_refusal, stop_refusal
 from app.budgets import ledger as budget_ledger
 from app.budgets import windows
-from app.budgets.rules import Verdict as BudgetVerdict
 from app.budgets.rules import budget_exhausted, budget_reserved
 from app.db import commits
 from app.db import tasks as task_rows
@@ -111,62 +107,6 @@ _COUNT = (f"WITH counted AS (UPDATE tasks SET {COUNT_REQUEST}, reserved_usd = re
           " logged AS (INSERT INTO admissions (key, task_id, request_id, budget_ids, window_starts)"
           " SELECT $3, id, $4, $5::text[], $6::timestamptz[] FROM counted)"
           " SELECT * FROM counted")
-#: A reconciled admission's hold (:func:`_reconciled`).
-_HOLD_OF = "SELECT id, amount_usd FROM reservations WHERE admission_key = $1"
-#: Attempts of one request whose keys turned out void before it is refused (503).
-VOID_ATTEMPTS = 3
-
-
-@dataclass(slots=True)
-class Admitted:
-    """An admitted request: the task after the reservation, the policy in force for it
-    (built once, for the rest of the request), the loop guard's verdict on the results
-    it carried (``None`` when it carried none) and the dollars reserved."""
-
-    task: Task
-    policy: Policy
-    verdict: Verdict | None = None
-    reservation_usd: Decimal = Decimal(0)
-    #: ``(field, tokens)`` taskgate adds to the forwarded body to bound its output
-    #: (:meth:`Charge.added_output_max`), or ``None``.
-    output_max: tuple[str, int] | None = None
-    #: The ``reservations`` row of the hold (:mod:`app.admission.reservations`), if any.
-    reservation_id: int | None = None
-    #: The budget windows the request was counted in (settled after the exchange).
-    budget_windows: tuple[budget_ledger.WindowKey, ...] = ()
-    #: Its ``admissions`` row's key (:mod:`app.db.commits`): its settlement runs once.
-    key: uuid.UUID | None = None
-
-
-class _NeedsHistory(Exception):
-    """The conversation has an anchor and the request's history is not hashed yet: the
-    transaction rolls back, the history is hashed without the row lock, admission runs
-    again (once per request)."""
-
-
-class _Held(Exception):
-    """The dollar ceiling holds the request (:data:`ceiling.Decision.HOLD`); raised in
-    the admission transaction, which rolls back."""
-
-    def __init__(self, task: Task, policy: Policy, worst_usd: Decimal, budget: BudgetVerdict | None = None) -> None:
-        super().__init__(task.id)
-        self.task, self.policy, self.worst_usd, self.budget = task, policy, worst_usd, budget
-
-
-class _Void(Exception):
-    """The attempt's outcome was unknown and its key turned out void (nothing landed):
-    admit again under a new key."""
-
-
-class _Exhausted(Exception):
-    """A budget of the chain ran out: ``refusal`` (400 ``budget_exhausted``); raised in the
-    admission transaction, which rolls back (not counted, no latch)."""
-
-    def __init__(self, refusal: GatewayError, key: budget_ledger.WindowKey, verdict: BudgetVerdict) -> None:
-        super().__init__(refusal.message)
-        self.refusal, self.key, self.verdict = refusal, key, verdict
-
-
 
 
 async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
@@ -203,9 +143,9 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
         try:
             admitted = await _attempt(pool, token_hash, settings, guard, charge, conversation_key, request_id,
                                      task_id)
-        except _Void:
+        except reconcile.Void:
             voids += 1
-            if voids >= VOID_ATTEMPTS:
+            if voids >= reconcile.VOID_ATTEMPTS:
                 raise unavailable() from None
             continue
         except _NeedsHistory:
@@ -238,7 +178,7 @@ async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guar
                    charge: Charge | None, conversation_key: str, request_id: str | None,
                    task_id: str | None) -> Admitted:
     """One admission transaction (:func:`admit`) under a new admission key; raises
-    :class:`_Held` when held, :class:`_Void` when its outcome was unknown and nothing
+    :class:`_Held` when held, :class:`reconcile.Void` when its outcome was unknown and nothing
     landed."""
     started = time.perf_counter()
     admission_key = commits.new_key()
@@ -284,45 +224,9 @@ async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guar
             except Exception as exc:
                 if not sent or not database_unreachable(exc):
                     raise  # nothing was sent (503), or not a lost connection
-                return await _reconciled(pool, admission_key, settings, charge)
+                return await reconcile.reconciled(pool, admission_key, settings, charge)
     finally:
         events.ADMISSION_DONE.emit(events.AdmissionDone(time.perf_counter() - started))
-
-
-async def _reconciled(pool: asyncpg.Pool, key: uuid.UUID, settings: Settings, charge: Charge | None) -> Admitted:
-    """The attempt under ``key`` lost its connection after sending: fence the key
-    (:func:`app.db.commits.reconcile`). Landed: the admission as it was counted (the task
-    now, its hold, its budget windows; no loop-guard verdict). Raises :class:`_Void` when
-    nothing landed, the last unreachable error when no primary answered within
-    ``database_reconcile_s`` (the key is then reconciled in the background)."""
-    async def read(conn: asyncpg.Connection, row: asyncpg.Record) -> tuple[Task, asyncpg.Record | None,
-                                                                            asyncpg.Record]:
-        task_row = await conn.fetchrow(_READ_TASK, row["task_id"])
-        return Task.from_row(task_row), await conn.fetchrow(_HOLD_OF, key), row
-
-    try:
-        found = await commits.reconcile(pool, key, settings.database_reconcile_s, read)
-    except Exception as exc:
-        if database_unreachable(exc):
-            commits.orphans.submit(pool, key, settings.accounting_retry_s, _release_unserved)
-        raise
-    if found is None:
-        logger.warning("admission %s: its commit's answer was lost; it had not landed, admitting again", key)
-        raise _Void()
-    task, hold, row = found
-    windows_in = tuple(zip(row["budget_ids"] or (), row["window_starts"] or ()))
-    reservation = hold["amount_usd"] if hold is not None else Decimal(0)
-    logger.warning("admission %s of task %s: its commit's answer was lost; it had landed, serving it", key,
-                   task.id)
-    return Admitted(task, Policy(task, settings), None, reservation,
-                    charge.added_output_max(task, bool(reservation) or None) if charge is not None else None,
-                    hold["id"] if hold is not None else None, windows_in, key)
-
-
-async def _release_unserved(conn: asyncpg.Connection, row: asyncpg.Record) -> None:
-    """An admission that landed although its request was refused (503): release its
-    hold, as the sweep would once its owner is gone."""
-    await reservations.release_admission(conn, row["key"], "admitted_unserved")
 
 
 async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, settings: Settings,

@@ -45,7 +45,6 @@ import itertools
 import os
 import secrets
 import socket
-import uuid
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -305,37 +304,6 @@ async def spend(conn: asyncpg.Connection, holder: str, task_id: str, budgets: Se
         raise NeedsLease(holder, task_id, budgets, at)
 
 
-async def fast_admit(conn: asyncpg.Connection, holder: str, at: datetime, token_hash: str,
-                     task_id: str | None, admission_key: uuid.UUID,
-                     request_id: str | None) -> tuple[Any, tuple[WindowKey, ...]] | None:
-    """The fast path of a task with no dollar ceiling of its own: in one statement,
-    the request counted on the task and paid by the holder's lease of every budget of
-    its chain (:data:`_FAST`; for a task this process has not seen yet, with or without
-    a budget, :data:`_FIRST_SIGHT`), with its ``admissions`` row under ``admission_key``.
-    The task's row after counting and the windows it was counted in; ``None`` when it
-    did not apply (nothing was written)."""
-    key = task_id or token_hash
-    chain = _chains.get(key)
-    try:
-        if chain is None:
-            row = await conn.fetchrow(FIRST_BY_ID if task_id else FIRST_BY_TOKEN, key, holder, at, admission_key,
-                                      request_id)
-            if row is not None:
-                chain = tuple(row["lease_chain"] or ())
-                remember(key, chain)
-        elif chain:
-            statement = ((FAST_BY_ID, FAST_BY_TOKEN), (FAST_ONE_BY_ID, FAST_ONE_BY_TOKEN))[len(chain) == 1]
-            row = await conn.fetchrow(statement[task_id is None], key, holder, at, chain[-1], list(chain),
-                                      admission_key, request_id)
-        else:
-            return None
-    except asyncpg.RaiseError:
-        return None  # a lease could not pay: rolled back, the locked path decides
-    if row is None or chain is None:
-        return None
-    return row, tuple(zip(chain, row["lease_window_starts"] or ()))
-
-
 _chains: dict[str, tuple[str, ...]] = {}
 #: A budget and its ancestors, root first.
 CHAIN = """
@@ -352,6 +320,11 @@ def budgeted(key: str) -> bool | None:
     (``None``: not seen by this process). A hint for which fast path to try first."""
     chain = _chains.get(key)
     return None if chain is None else bool(chain)
+
+
+def chain_of(key: str) -> tuple[str, ...] | None:
+    """The budget chain last noted for the task of ``key`` (:func:`remember`), or ``None``."""
+    return _chains.get(key)
 
 
 def remember(key: str, chain: Sequence[str]) -> None:

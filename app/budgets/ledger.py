@@ -42,7 +42,8 @@ from app import events
 from app.admission.ceiling import Decision
 from app.budgets import escrow, windows
 from app.budgets.escrow import NeedsLease, WindowKey
-from app.budgets.escrow import budgeted, fast_admit, remember
+from app.budgets.escrow import budgeted, remember
+from app.budgets.fast_path import fast_admit
 from app.budgets.escrow import slot as lease_slot
 from app.budgets.rules import Verdict, budget_exhausted
 from app.db.pool import RELAXED_COMMIT
