@@ -99,8 +99,46 @@ class Budget(BaseModel):
     current: WindowSpend = Field(..., description="Spend in the current window.")
     windows: list[WindowSpend] = Field(default_factory=list, description="Past windows, newest first "
                                        "(at most 12; only with GET /admin/budgets/{id}).")
+    paused_at: datetime | None = Field(None, description="While paused (the kill switch): since when. Every "
+                                       "task under it and its nested budgets is refused until it is resumed.")
+    paused_by: str | None = Field(None, description="While paused: who paused it.")
+    paused_reason: str | None = Field(None, description="While paused: why.")
     created_at: datetime
     updated_at: datetime
+
+
+class PauseRequest(BaseModel):
+    """``POST /admin/budgets/{id}/pause`` body."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: Annotated[SafeText, StringConstraints(min_length=1, max_length=2000)] = Field(
+        ..., description="Why (the refusal every task under the budget gets quotes it).")
+    by: Annotated[SafeText, StringConstraints(min_length=1, max_length=200)] = Field(
+        "operator", description="Who pauses it (kept with the pause and in the budget's history).")
+
+
+class ResumeBudget(BaseModel):
+    """``POST /admin/budgets/{id}/resume`` body."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: Annotated[SafeText, StringConstraints(min_length=1, max_length=2000)] = Field(
+        ..., description="Why the pause is lifted (kept in the budget's history).")
+    by: Annotated[SafeText, StringConstraints(min_length=1, max_length=200)] = Field(
+        "operator", description="Who resumes it.")
+
+
+class BudgetEvent(BaseModel):
+    """One row of a budget's history: ``paused``, ``resumed``."""
+
+    id: int
+    kind: str
+    reason: str | None
+    detail: dict[str, Any]
+    created_at: datetime
+
+
+class BudgetEventList(BaseModel):
+    data: list[BudgetEvent]
 
 
 class BudgetList(BaseModel):

@@ -3,9 +3,11 @@
 Create a budget (optionally nested in a parent, depth <= 4), read it with its spend in
 the current window and the windows before, list, change its limits, delete it once no
 task draws from it and no budget nests in it; create, list and revoke its budget keys
-(:mod:`app.budgets.keys`). Errors in the admin API's one shape (:mod:`app.admin.errors`):
+(:mod:`app.budgets.keys`); pause a budget (the kill switch: every task under it refused,
+their open requests cut in every gateway process; :mod:`app.budgets.pause`), resume it,
+and read its history. Errors in the admin API's one shape (:mod:`app.admin.errors`):
 404 ``budget_not_found`` / ``key_not_found``, 409 ``budget_exists`` / ``budget_not_empty``,
-409 ``budget_too_deep``, 422 invalid fields.
+409 ``budget_too_deep`` / ``budget_not_paused``, 422 invalid fields.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from app.admin import budget_schemas as schemas
 from app.admin.errors import AdminError, responses
-from app.admin.routes import _require_admin
+from app.admin.routes import AfterSeq, _require_admin
 from app.admission.tokens import token_hash
 from app.budgets import keys as budget_keys
-from app.budgets import escrow, windows
+from app.budgets import escrow, pause, windows
 from app.db.pool import durable
 
 router = APIRouter(prefix="/admin", tags=["budgets"], dependencies=[Depends(_require_admin)])
@@ -48,6 +50,7 @@ _PATCHABLE = ("request_limit", "token_limit", "cost_limit_usd", "metadata")
 _KEYS = "SELECT * FROM budget_keys WHERE budget_id = $1 ORDER BY created_at, id"
 _NEW_KEY = ("INSERT INTO budget_keys (id, budget_id, key_hash, template, metadata) VALUES ($1, $2, $3, $4, $5)"
             " RETURNING *")
+_EVENTS = "SELECT * FROM budget_events WHERE budget_id = $1 AND id > $2 ORDER BY id LIMIT $3"
 _REVOKE = ("UPDATE budget_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 AND budget_id = $2"
            " RETURNING id")
 
@@ -187,6 +190,44 @@ async def delete_budget(budget_id: BudgetIdPath, request: Request) -> Response:
     if result == "DELETE 0":
         raise _not_found(budget_id)
     return Response(status_code=204)
+
+
+@router.post("/budgets/{budget_id}/pause", response_model=schemas.Budget, responses=responses(400, 404))
+async def pause_budget(budget_id: BudgetIdPath, body: schemas.PauseRequest, request: Request) -> schemas.Budget:
+    """The kill switch: refuse every task under the budget and the budgets nested in it
+    (400 ``budget_paused``, naming the pause) and cut their open requests in every
+    gateway process, until ``/resume``. Tasks keep their own state. Pausing a paused
+    budget keeps its first pause (who, why, since when) and announces it again."""
+    async with request.app.state.db.acquire() as conn, conn.transaction():
+        paused = await pause.pause(conn, budget_id, body.by, body.reason)
+        if paused is None:
+            raise _not_found(budget_id)
+        return (await _budgets(conn, [paused[0]], _now(request), detail=True))[0]
+
+
+@router.post("/budgets/{budget_id}/resume", response_model=schemas.Budget, responses=responses(400, 404, 409))
+async def resume_budget(budget_id: BudgetIdPath, body: schemas.ResumeBudget, request: Request) -> schemas.Budget:
+    """Lift the pause: the budget's tasks are admitted again at their next request (no
+    per-task action). 409 ``budget_not_paused`` when it is not paused."""
+    async with request.app.state.db.acquire() as conn, conn.transaction():
+        resumed = await pause.resume(conn, budget_id, body.by, body.reason)
+        if resumed is None:
+            raise _not_found(budget_id)
+        if resumed[1] is None:
+            raise AdminError(409, "budget_not_paused", f"Budget '{budget_id}' is not paused.")
+        return (await _budgets(conn, [resumed[0]], _now(request), detail=True))[0]
+
+
+@router.get("/budgets/{budget_id}/events", response_model=schemas.BudgetEventList, responses=responses(404))
+async def budget_events(budget_id: BudgetIdPath, request: Request, after: AfterSeq = 0,
+                        limit: int = Query(500, ge=1, le=5000)) -> schemas.BudgetEventList:
+    """The budget's history, oldest first: ``paused`` (who, why), ``resumed`` (who, why,
+    the pause it lifted and how long it lasted)."""
+    async with request.app.state.db.acquire() as conn:
+        if await conn.fetchrow(_GET, budget_id) is None:
+            raise _not_found(budget_id)
+        rows = await conn.fetch(_EVENTS, budget_id, after, limit)
+    return schemas.BudgetEventList(data=[schemas.BudgetEvent.model_validate(dict(r)) for r in rows])
 
 
 def _key(row: Any) -> schemas.BudgetKey:

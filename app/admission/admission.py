@@ -250,7 +250,7 @@ async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, 
         if guard is not None and task_id is None:
             agent_turn.remember(token_hash, task)
         active = task.active
-        budgets = await budget_ledger.chain(conn, task.budget_id) if active and task.budget_id else []
+        budgets = await budget_ledger.chain(conn, task.budget_id, task.id) if active and task.budget_id else []
         metered = task.cost_limit_usd is not None or budget_ledger.needs_dollars(budgets)
         if active:
             priced = charge_refusal(task, charge, metered=metered)

@@ -110,6 +110,9 @@ def event_message(kind: str, reason: str | None, detail: Mapping[str, Any] | Non
         return f"Upstream stream on {d.get('endpoint')} ended without its terminal event ({d.get('code')})."
     if kind == "upstream_unreachable":
         return f"The upstream provider could not be reached for {d.get('endpoint')}."
+    if kind == "cut_open_requests" and reason == "budget_paused":
+        return (f"The pause of budget '{d.get('budget')}' cut {d.get('cut')} open request(s) on {d.get('process')}, "
+                f"{d.get('seconds_since_stopped')} s after the pause (heard by {d.get('path')}).")
     if kind == "cut_open_requests":
         return (f"The stop ({reason}) cut {d.get('cut')} open request(s) on {d.get('process')}, "
                 f"{d.get('seconds_since_stopped')} s after the latch (heard by {d.get('path')}).")

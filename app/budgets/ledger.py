@@ -1,5 +1,9 @@
 """Budgets in the admission transaction and at settlement (PostgreSQL).
 
+**Paused** (:mod:`app.budgets.pause`): :func:`chain` refuses a task whose chain holds a
+paused budget (400 ``budget_paused``), and the escrow lease statements pay for no paused
+budget.
+
 **Reserve** (:func:`reserve`, inside a task's admission transaction, after the task's own
 checks passed and while its row lock is held), two ways:
 
@@ -40,7 +44,7 @@ import asyncpg
 
 from app import events
 from app.admission.ceiling import Decision
-from app.budgets import escrow, windows
+from app.budgets import escrow, pause, windows
 from app.budgets.escrow import NeedsLease, WindowKey
 from app.budgets.escrow import budgeted, remember
 from app.budgets.fast_path import fast_admit
@@ -95,9 +99,18 @@ class Reserved:
     refused: WindowKey | None = None  # the window of the budget that held or refused it
 
 
-async def chain(conn: asyncpg.Connection, budget_id: str) -> list[dict[str, Any]]:
-    """The ``budgets`` rows of ``budget_id`` and its ancestors, root first."""
-    return [dict(r) for r in await conn.fetch(_CHAIN, budget_id)]
+async def chain(conn: asyncpg.Connection, budget_id: str, task_id: str | None = None) -> list[dict[str, Any]]:
+    """The ``budgets`` rows of ``budget_id`` and its ancestors, root first, read in the
+    caller's transaction. Raises 400 ``budget_paused`` (:func:`app.budgets.pause.budget_paused`)
+    for task ``task_id`` when one of them is paused, and emits
+    :data:`app.events.BUDGET_REFUSED` for it."""
+    rows = [dict(r) for r in await conn.fetch(_CHAIN, budget_id)]
+    paused = pause.paused_in(rows)
+    if paused is not None:
+        refusal = pause.budget_paused(task_id or "?", paused, budget_id)
+        events.BUDGET_REFUSED.emit(events.BudgetRefused(paused["id"], refusal))
+        raise refusal
+    return rows
 
 
 def needs_dollars(budgets: Sequence[Any]) -> bool:

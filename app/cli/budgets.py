@@ -1,12 +1,14 @@
 """``taskgate budgets ...``: fleet budgets and their keys over the admin API.
 
 ``list``, ``show``, ``create``, ``update``, ``delete``, ``keys`` (list), ``key-create``,
-``key-revoke``. Tables by default, ``--json`` for scripts; ``--url`` and the admin token
+``key-revoke``, ``pause`` and ``resume`` (the kill switch), ``events`` (its history). Tables by default, ``--json`` for scripts; ``--url`` and the admin token
 as for ``taskgate tasks`` (:mod:`app.cli.tasks`).
 """
 
 from __future__ import annotations
 
+import getpass
+import sys
 from typing import Any
 
 import click
@@ -47,7 +49,7 @@ def budgets_table(budgets: list[dict]) -> Table:
                   box=None, header_style="bold")
     for b in budgets:
         cur = b["current"]
-        table.add_row(b["id"], b.get("parent") or "", b.get("window") or "lifetime",
+        table.add_row(b["id"] + (" (paused)" if b.get("paused_at") else ""), b.get("parent") or "", b.get("window") or "lifetime",
                       _of(cur["admitted_requests"], b["request_limit"]), _of(cur["total_tokens"], b["token_limit"]),
                       _cost(cur, b["cost_limit_usd"]), str(cur.get("resets_at") or "-")[:19].replace("T", " "))
     return table
@@ -63,6 +65,9 @@ def show_budget(b: dict) -> None:
     table.add_row("dollars", _cost(cur, b["cost_limit_usd"]))
     table.add_row("window", f"{cur['window_start']} to {cur.get('window_end') or 'never'}")
     table.add_row("tasks", str(b.get("tasks", 0)))
+    if b.get("paused_at"):
+        table.add_row("[bold red]paused[/bold red]", f"since {_when(b['paused_at'])} by {b.get('paused_by')}: "
+                      f"{b.get('paused_reason')} (every task under it is refused)")
     if b.get("children"):
         table.add_row("nested", ", ".join(b["children"]))
     render.out.print(table)
@@ -73,6 +78,10 @@ def show_budget(b: dict) -> None:
             past.add_row(str(w["window_start"])[:19].replace("T", " "), str(w["admitted_requests"]),
                          str(w["total_tokens"]), dollars(w["cost_usd"]))
         render.out.print(past)
+
+
+def _when(at: Any) -> str:
+    return str(at or "")[:19].replace("T", " ")
 
 
 @click.group()
@@ -182,3 +191,48 @@ def key_revoke(api: AdminClient, as_json: bool, budget_id: str, key_id: str) -> 
     """Revoke a key: its next request is refused (the tasks of its runs stay)."""
     api.request("DELETE", f"/admin/budgets/{budget_id}/keys/{key_id}")
     render.print_json({"revoked": key_id}) if as_json else render.out.print(f"revoked {key_id}")
+
+
+@budgets.command()
+@click.argument("budget_id")
+@click.option("--reason", required=True, help="Why (every refused request quotes it).")
+@click.option("--by", default=lambda: getpass.getuser(), show_default="your user name", help="Who pauses it.")
+@click.option("--yes", is_flag=True, help="Do not ask for a confirmation (asked only on a terminal).")
+@admin_command
+def pause(api: AdminClient, as_json: bool, budget_id: str, reason: str, by: str, yes: bool) -> None:
+    """The kill switch: refuse every task under a budget (and its nested budgets) and cut
+    their open requests in every gateway, until 'resume'. Tasks keep their own state."""
+    if not yes and sys.stdin.isatty():
+        b = api.request("GET", f"/admin/budgets/{budget_id}")
+        nested = f" and the tasks of {len(b['children'])} nested budget(s)" if b.get("children") else ""
+        click.confirm(f"Pause budget {budget_id}? Its {b.get('tasks', 0)} task(s){nested} are refused and their "
+                      "open requests cut now", abort=True)
+    b = api.request("POST", f"/admin/budgets/{budget_id}/pause", json={"reason": reason, "by": by})
+    render.print_json(b) if as_json else show_budget(b)
+
+
+@budgets.command()
+@click.argument("budget_id")
+@click.option("--reason", required=True, help="Why the pause is lifted (kept in the budget's history).")
+@click.option("--by", default=lambda: getpass.getuser(), show_default="your user name", help="Who resumes it.")
+@admin_command
+def resume(api: AdminClient, as_json: bool, budget_id: str, reason: str, by: str) -> None:
+    """Lift a budget's pause: its tasks are admitted again at their next request."""
+    b = api.request("POST", f"/admin/budgets/{budget_id}/resume", json={"reason": reason, "by": by})
+    render.print_json(b) if as_json else show_budget(b)
+
+
+@budgets.command()
+@click.argument("budget_id")
+@admin_command
+def events(api: AdminClient, as_json: bool, budget_id: str) -> None:
+    """A budget's history: paused, resumed (who, why, when)."""
+    rows = api.request("GET", f"/admin/budgets/{budget_id}/events")["data"]
+    if as_json:
+        render.print_json(rows)
+        return
+    table = Table("#", "when", "kind", "reason", "detail", box=None, header_style="bold")
+    for n, e in enumerate(rows, start=1):
+        table.add_row(str(n), _when(e["created_at"]), e["kind"], e.get("reason") or "",
+                      ", ".join(f"{k}={v}" for k, v in e["detail"].items()))
+    render.print_wide(table)

@@ -216,6 +216,10 @@ budgets = Table(
     Column("metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # the kill switch (migration 0016): set by POST /admin/budgets/{id}/pause, NULL when not paused
+    Column("paused_at", DateTime(timezone=True)),
+    Column("paused_by", Text),
+    Column("paused_reason", Text),
     CheckConstraint("depth BETWEEN 1 AND 4", name="ck_budgets_depth"),
     CheckConstraint("\"window\" IS NULL OR \"window\" IN ('day', 'week', 'month')", name="ck_budgets_window"),
 )
@@ -259,6 +263,19 @@ budget_leases = Table(
     CheckConstraint("spent >= 0 AND spent <= granted", name="ck_budget_leases_spent"),
 )
 Index("ix_budget_leases_window", budget_leases.c.budget_id, budget_leases.c.window_start)
+
+#: A budget's durable history (migration 0016): paused, resumed, ... oldest first by id.
+budget_events = Table(
+    "budget_events",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("budget_id", Text, ForeignKey("budgets.id", ondelete="CASCADE"), nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("reason", Text),
+    Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("ix_budget_events_budget_id_id", "budget_id", "id"),
+)
 
 #: Budget keys: an API key (only its SHA-256 stored) whose every agent run gets its own
 #: task, created from ``template`` (the fields ``POST /admin/tasks`` takes).

@@ -31,6 +31,7 @@ from decimal import Decimal
 import asyncpg
 
 from app.admission.refusals import count_refusal, log_refusal, stop_refusal
+from app.budgets import ledger as budget_ledger
 from app.db import tasks as task_rows
 from app.errors import GatewayError, fail_closed, unauthorized
 from app.guard.detector import Action, Verdict
@@ -90,8 +91,8 @@ async def admit_call(pool: asyncpg.Pool, token_hash: str, server: str, call: Too
     """Admit one ``tools/call`` to MCP server ``server`` of the task with token hash
     ``token_hash`` (or id ``task_id``, a budget key's run). Raises :class:`~app.errors.GatewayError`: 401 for an
     unknown token, ``task_stopped`` for a stopped task or a stop this call trips (the
-    latch is set first), 402 ``cost_limit`` for a price past the dollar ceiling, 503 when
-    the database cannot answer."""
+    latch is set first), 400 ``budget_paused`` under a paused budget (not counted), 402
+    ``cost_limit`` for a price past the dollar ceiling, 503 when the database cannot answer."""
     with fail_closed("MCP tool call admission"):
         async with pool.acquire() as conn:
             stopped: GatewayError | None = None
@@ -103,6 +104,8 @@ async def admit_call(pool: asyncpg.Pool, token_hash: str, server: str, call: Too
                         log_refusal(task.id, task.stop_reason or "stopped", refused)
                         stopped = stop_refusal(task)
                     else:
+                        if task.budget_id is not None:  # 400 budget_paused under a paused budget
+                            await budget_ledger.chain(conn, task.budget_id, task.id)
                         await _take(conn, task, call, conversation_key, settings, price_usd, request_id)
             except _Stop as stop:
                 async with conn.transaction():

@@ -8,7 +8,9 @@ A request is tracked from right after its admission until its response is finish
 (:meth:`OpenRequests.track` / :meth:`OpenRequests.untrack`). The gap between the
 admission's read of the task row and :meth:`track` is covered by remembering, for
 ``recent_s`` seconds, which tasks a stop was heard for: a request tracked for such a
-task is reported through ``on_suspect`` so its task's latch is read once more.
+task is reported through ``on_suspect`` so its task's latch is read once more. A budget's
+pause (:mod:`app.budgets.pause`) may concern any task, so for ``recent_s`` seconds after
+one was heard every request tracked is reported.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class OpenRequests:
     def __init__(self, recent_s: float = 10.0) -> None:
         self._by_task: dict[str, set[Cuttable]] = {}
         self._recent: dict[str, float] = {}  # task id -> time.monotonic() of the stop heard
+        self._pause_heard: float | None = None  # time.monotonic() of the last budget pause heard
         self.recent_s = recent_s
         self.changed = asyncio.Event()
         self.on_suspect: Callable[[str], None] | None = None
@@ -49,8 +52,11 @@ class OpenRequests:
         self._by_task.setdefault(task_id, set()).add(request)
         self.changed.set()
         heard = self._recent.get(task_id)
-        if heard is not None and self.on_suspect is not None:
-            if time.monotonic() - heard < self.recent_s:
+        now = time.monotonic()
+        if self.on_suspect is not None and self._pause_heard is not None and now - self._pause_heard < self.recent_s:
+            self.on_suspect(task_id)
+        elif heard is not None and self.on_suspect is not None:
+            if now - heard < self.recent_s:
                 self.on_suspect(task_id)
             else:
                 del self._recent[task_id]
@@ -80,6 +86,10 @@ class OpenRequests:
         self._recent[task_id] = now
         if len(self._recent) > 10_000:  # forget the old ones; bounded memory
             self._recent = {t: at for t, at in self._recent.items() if now - at < self.recent_s}
+
+    def heard_pause(self) -> None:
+        """Remember that a budget's pause was heard (see the module docstring)."""
+        self._pause_heard = time.monotonic()
 
     def cut(self, task_id: str, refusal: GatewayError) -> int:
         """Cut every open request of ``task_id`` with ``refusal``; returns how many

@@ -23,6 +23,13 @@ in :data:`NOT_CUT` (``request_limit``, ``cost_limit``), every open request of th
 admission; :meth:`RelayResponse.cut`); a
 ``cut_open_requests`` event records how many, which path heard it, which process,
 and the seconds from ``stopped_at`` to the cut.
+
+A budget's **pause** (:mod:`app.budgets.pause`) is heard the same two ways (its own
+channel, :data:`~app.budgets.pause.PAUSE_CHANNEL`, on the same connection; the poller and
+every reconnect read it too): every open request of a task under a paused budget is cut
+with the ``budget_paused`` refusal its next request would get, whatever the task's own
+state, and its ``cut_open_requests`` event (reason ``budget_paused``) names the budget and
+the seconds from ``paused_at`` to the cut.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from typing import Any
 import asyncpg
 
 from app.admission.refusals import stop_refusal
+from app.budgets import pause
 from app.db import tasks as task_rows
 from app.db.pool import asyncpg_dsn
 from app.db.errors import database_unreachable
@@ -96,27 +104,36 @@ class StopWatcher:
         if not task_ids:
             return 0
         rows = await self.pool.fetch(_STOPPED, task_ids, NOT_CUT)
+        paused = await self.pool.fetch(pause.PAUSED_TASKS, task_ids)
         total = 0
+        cuts: list[tuple[str, str | None, datetime | None, int, dict[str, Any]]] = []
         for row in rows:
             task = Task.from_row(row)
             cut = self.registry.cut(task.id, stop_refusal(task))
             total += cut
             if cut:
-                await self._record(task, cut, path)
+                cuts.append((task.id, task.stop_reason, task.stopped_at, cut, {}))
+        for row in paused:  # a stopped task's requests were cut above: cut() counts each once
+            cut = self.registry.cut(row["task_id"], pause.budget_paused(row["task_id"], row, row["own"]))
+            total += cut
+            if cut:
+                cuts.append((row["task_id"], pause.BUDGET_PAUSED, row["paused_at"], cut, {"budget": row["id"]}))
+        for task_id, reason, since, cut, extra in cuts:
+            await self._record(task_id, reason, since, cut, path, extra)
         return total
 
-    async def _record(self, task: Task, cut: int, path: str) -> None:
-        stopped_at = task.stopped_at
+    async def _record(self, task_id: str, reason: str | None, stopped_at: datetime | None, cut: int, path: str,
+                      extra: dict[str, Any]) -> None:
         since = (datetime.now(timezone.utc) - stopped_at).total_seconds() if stopped_at else None
         detail = {"cut": cut, "path": path, "process": self.process,
-                  "seconds_since_stopped": None if since is None else round(since, 3)}
+                  "seconds_since_stopped": None if since is None else round(since, 3), **extra}
         logger.warning("task %s stopped (%s): cut %d open request(s) (heard by %s)",
-                       task.id, task.stop_reason, cut, path)
+                       task_id, reason, cut, path)
         try:
             async with self.pool.acquire() as conn:
-                await task_rows.add_event(conn, task.id, "cut_open_requests", task.stop_reason, detail)
+                await task_rows.add_event(conn, task_id, "cut_open_requests", reason, detail)
         except Exception:  # noqa: BLE001 - the requests are cut; the record is best effort
-            logger.exception("recording cut_open_requests for task %s failed", task.id)
+            logger.exception("recording cut_open_requests for task %s failed", task_id)
 
     # -- LISTEN -------------------------------------------------------------------
 
@@ -124,6 +141,12 @@ class StopWatcher:
         self.registry.heard_stop(task_id)
         if self.registry.count(task_id):
             self._spawn(self._check_logged([task_id], "listen"))
+
+    def _paused(self, conn: object, pid: int, channel: str, budget_id: str) -> None:
+        """A budget was paused: which open requests it concerns is read from its tasks."""
+        self.registry.heard_pause()
+        if self.registry.count():
+            self._spawn(self._check_logged(self.registry.task_ids(), "listen"))
 
     async def _check_logged(self, task_ids: list[str], path: str) -> None:
         try:
@@ -168,6 +191,7 @@ class StopWatcher:
         lost = asyncio.Event()
         conn.add_termination_listener(lambda _conn: lost.set())
         await conn.add_listener(task_rows.STOP_CHANNEL, self._notified)
+        await conn.add_listener(pause.PAUSE_CHANNEL, self._paused)
         self.live = True
         await self._check_logged(self.registry.task_ids(), "listen")  # missed while not listening
         while not lost.is_set():

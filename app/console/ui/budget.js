@@ -1,5 +1,6 @@
-// One budget (#/budget/ID): its current window's spend against its limits, the windows
-// before, its budget keys (create one, shown once; revoke one, after a confirmation: the
+// One budget (#/budget/ID): its current window's spend against its limits, the kill switch
+// (pause every task under it, resume; each after a confirmation), the windows before, its
+// budget keys (create one, shown once; revoke one, after a confirmation: the
 // admin API's /admin/budgets/{id}/keys), the tasks drawing from it (linking to their pages)
 // and the budgets nested in it, each list in pages.
 import { AuthError, api, badge, budgetLink, cursors, duration, extras, h, int, meters, pageButtons, show, table,
@@ -12,7 +13,8 @@ const TASKS_PAGE = 50;
 const CHILDREN_PAGE = 50;
 const REFRESH_MS = 5000;
 const FIELDS = ["id", "parent", "depth", "request_limit", "token_limit", "cost_limit_usd", "window", "timezone",
-  "metadata", "tasks", "children", "current", "windows", "created_at", "updated_at"];
+  "metadata", "tasks", "children", "current", "windows", "created_at", "updated_at", "paused_at", "paused_by",
+  "paused_reason"];
 
 function limitWords(b) {
   const parts = [b.request_limit !== null && b.request_limit !== undefined ? `${int(b.request_limit)} requests` : null,
@@ -85,8 +87,59 @@ const KEY_LIMITS = [["request_limit", "requests"], ["token_limit", "tokens"], ["
 // revocation waits for a confirmation.
 const keyState = { budget: null, created: null, confirming: null };
 
+// The kill switch waiting for a confirmation ("pause" or "resume"), with the reason typed.
+const pauseState = { budget: null, confirming: null };
+
+/** What pausing does, in words, for the confirmation. Pure. */
+export function pauseWords(b) {
+  const nested = (b.children || []).length;
+  return `Pause budget ${b.id}? Every request of its ${int(b.tasks || 0)} task(s)`
+    + (nested ? ` and of the tasks of its ${int(nested)} nested budget(s)` : "")
+    + " is refused, and their open requests are cut in every gateway, until it is resumed. The tasks themselves "
+    + "are not stopped.";
+}
+
+function pauseCard(ctx, b, rerender) {
+  const path = "/admin/budgets/" + encodeURIComponent(b.id);
+  const msg = h("span", { class: "error", id: "pause-msg" });
+  const reason = h("input", { id: "pause-reason", size: 40, placeholder: "why (quoted to every refused agent)" });
+  const act = (what) => async () => {
+    if (!reason.value.trim()) { msg.textContent = "Say why: the reason is required."; return; }
+    try {
+      await api("POST", `${path}/${what}`, { reason: reason.value.trim(), by: "dashboard" });
+      pauseState.confirming = null; rerender();
+    } catch (err) { if (err instanceof AuthError) return ctx.fail(err); msg.textContent = err.message; }
+  };
+  const cancel = h("button", { id: "cancel-pause", onclick: () => { pauseState.confirming = null; rerender(); } },
+    "Cancel");
+  let body;
+  if (pauseState.confirming === "pause") {
+    body = h("div", { class: "confirm" }, h("p", {}, pauseWords(b)),
+      h("div", { class: "row" }, h("label", {}, "reason", reason),
+        h("button", { class: "danger", id: "confirm-pause", onclick: act("pause") }, "Pause budget"), cancel), msg);
+  } else if (pauseState.confirming === "resume") {
+    body = h("div", {}, h("p", {}, `Resume budget ${b.id}? Its tasks are admitted again at their next request.`),
+      h("div", { class: "row" }, h("label", {}, "reason", reason),
+        h("button", { class: "primary", id: "confirm-resume", onclick: act("resume") }, "Resume budget"), cancel),
+      msg);
+  } else if (b.paused_at) {
+    body = h("div", {}, h("p", { class: "sentence", id: "paused-words" },
+      `Paused since ${when(b.paused_at)} by ${b.paused_by || "?"}: ${b.paused_reason || ""}. Every task under it `
+      + "is refused until it is resumed."),
+    h("button", { id: "resume", onclick: () => { pauseState.confirming = "resume"; rerender(); } }, "Resume…"));
+  } else {
+    body = h("div", { class: "row" }, h("span", { class: "muted" }, "Stop everything this budget's agents are doing, "
+      + "now: every task under it and its nested budgets is refused and its open requests cut."),
+    h("button", { class: "danger", id: "pause", onclick: () => { pauseState.confirming = "pause"; rerender(); } },
+      "Pause…"));
+  }
+  return h("div", { class: "card" + (b.paused_at ? " stopbox" : ""), id: "pause-card" },
+    h("h2", {}, "Kill switch"), body);
+}
+
 /** Whether the operator is busy in the keys card (typing, or confirming): no refresh then. */
 function keysBusy() {
+  if (pauseState.confirming !== null) return true;
   const card = document.getElementById("keys-card");
   if (!card) return false;
   return keyState.confirming !== null || card.contains(document.activeElement)
@@ -163,6 +216,7 @@ export async function budgetView(ctx, id) {
   const taskPages = cursors(taskKey), childPages = cursors(childKey);
   const after = (pages) => pages[pages.length - 1] ? "&after=" + encodeURIComponent(pages[pages.length - 1]) : "";
   if (keyState.budget !== id) Object.assign(keyState, { budget: id, created: null, confirming: null });
+  if (pauseState.budget !== id) Object.assign(pauseState, { budget: id, confirming: null });
   const [b, tasks, children, keys] = await Promise.all([api("GET", path),
     api("GET", `/admin/tasks?budget=${encodeURIComponent(id)}&limit=${TASKS_PAGE}` + after(taskPages)),
     api("GET", `/admin/budgets?parent=${encodeURIComponent(id)}&limit=${CHILDREN_PAGE}` + after(childPages)),
@@ -178,6 +232,7 @@ export async function budgetView(ctx, id) {
     h("p", {}, h("a", { href: "#/budgets" }, "← all budgets")),
     h("div", { class: "card" }, h("h2", { id: "budget-title" }, b.id, " ", stateBadge(b)),
       h("div", { class: "row", id: "budget-meters" }, budgetMeters(b)), facts(b)),
+    pauseCard(ctx, b, rerender),
     keysCard(ctx, b, keys.data, rerender),
     h("div", { class: "card" }, h("h2", {}, "Windows before this one"), windowsTable(b)),
     h("div", { class: "card" }, h("h2", {}, "Tasks"),

@@ -39,10 +39,12 @@ export function exhausted(b) {
     reached(c.cost_usd, b.cost_limit_usd) && "dollars"].filter(Boolean);
 }
 
-/** The budget's state as a badge: exhausted (a limit reached), refused (it refused a
- * request in this window but has room now: a limit was raised, or a request's worst case
- * did not fit), else open. */
+/** The budget's state as a badge: paused (the kill switch), exhausted (a limit reached),
+ * refused (it refused a request in this window but has room now: a limit was raised, or a
+ * request's worst case did not fit), else open. */
 export function stateBadge(b) {
+  if (b.paused_at) return h("span", { class: "badge stopped", "data-state": "paused",
+    title: `paused by ${b.paused_by || "?"} at ${when(b.paused_at)}: ${b.paused_reason || ""}` }, "paused");
   const out = exhausted(b);
   if (out.length) return h("span", { class: "badge stopped", "data-state": "exhausted", title: out.join(", ") + " used up" },
     "exhausted: " + out.join(", "));
