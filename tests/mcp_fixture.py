@@ -55,6 +55,7 @@ def build_app():  # type: ignore[no-untyped-def]
         """Answers after ``seconds``."""
         CALLS["slow"] += 1
         await asyncio.sleep(seconds)
+        CALLS["slow_done"] += 1  # not reached when the request was cancelled
         return "done"
 
     @server.tool()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -389,4 +390,20 @@ def test_a_session_works_through_any_replica(database_url, upstream, mcp_gateway
         body = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "count", "arguments": {}}}
         answer = _raw(other, token, body, headers=session)
         assert answer.status_code == 200 and '"call ' in answer.text
+    assert mcp_admin.task(task_id)["tool_calls"] == 1
+
+
+def test_a_client_that_goes_away_cancels_the_call_upstream(mcp_gateway, mcp_admin, mcp_server):
+    """A client that closes its tools/call while the tool runs: the gateway closes its
+    request to the server, which cancels the tool (it never finishes); the call stays counted."""
+    task_id, token = mcp_admin.create_task()
+    before = mcp_server.calls()
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{mcp_gateway.url}/mcp/fixture", json=_tools_call("slow", {"seconds": 0.9}), timeout=0.3,
+                   headers={"authorization": f"Bearer {token}", "accept": "application/json, text/event-stream",
+                            "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "slow"})
+    time.sleep(2)
+    after = mcp_server.calls()
+    assert after.get("slow", 0) == before.get("slow", 0) + 1
+    assert after.get("slow_done", 0) == before.get("slow_done", 0)
     assert mcp_admin.task(task_id)["tool_calls"] == 1
