@@ -3,7 +3,7 @@ a synchronous standby, three local instances on free ports and data directories 
 own (Debian package ``postgresql-15-auto-failover``; ``/usr/bin/pg_autoctl``).
 
     with ha_cluster() as cluster:            # started; stopped and deleted after
-        cluster.url                          # postgresql+asyncpg://...@h:p1,h:p2/taskgate?target_session_attrs=read-write
+        cluster.url                          # ...@h:p1,h:p2/taskgate?target_session_attrs=read-write
         cluster.kill_primary_postmaster()    # kill -9 of the primary's postmaster
         cluster.perform_failover()           # a clean switchover (pg_autoctl perform failover)
 
@@ -41,7 +41,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import psutil
 
@@ -50,6 +50,8 @@ from tests.support import free_port
 NOT_INSTALLED = ("pg_auto_failover is not installed here (`apt-get install -y postgresql-15-auto-failover` "
                  "as root; .ci/run does it)")
 DATABASE = "taskgate"
+#: Monitor states of a node that takes writes.
+SERVING = ("primary", "wait_primary")
 #: Monitor settings that make it notice an unhealthy node in ~3 s instead of ~20 s (tests).
 FAST_MONITOR = {
     "pgautofailover.health_check_period": "1000",
@@ -217,13 +219,13 @@ class HACluster:
         self._wait(self.healthy, time.monotonic() + timeout, "a primary and a secondary again")
 
     def primary(self) -> Instance:
-        """The node the monitor reports (and assigns) as primary."""
-        for n in self.state():
-            if n["current_group_state"] == "primary" == n["assigned_group_state"]:
+        """The node the monitor reports (and assigns) as primary (or ``wait_primary``)."""
+        for n in self.state():  # wait_primary: a primary whose standby is gone (still writable)
+            if n["current_group_state"] == n["assigned_group_state"] and n["current_group_state"] in SERVING:
                 return next(i for i in self.nodes if i.port == n["nodeport"])
         raise RuntimeError(f"no primary now: {self.state()}")
 
-    def _wait(self, check, deadline: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    def _wait(self, check: Callable[[], bool], deadline: float, what: str) -> None:
         while not check():
             for instance in [self.monitor, *self.nodes]:
                 if instance.proc is not None and instance.proc.poll() is not None:
@@ -243,6 +245,26 @@ class HACluster:
         assert pid is not None, f"{node.name} has no postmaster.pid"
         os.kill(pid, signal.SIGKILL)
         return node
+
+    def kill_primary_node(self) -> Instance:
+        """The primary's machine dies: ``kill -9`` of its keeper (``pg_autoctl run`` and
+        its services) and its PostgreSQL, nothing restarts them; the monitor fails over
+        once its health checks give up on the node. :meth:`rejoin` brings it back."""
+        node = self.primary()
+        pid = node.postmaster_pid()
+        assert node.proc is not None
+        _kill_group(node.proc.pid)
+        if pid is not None:
+            _kill(pid)
+        node.proc.wait()
+        return node
+
+    def rejoin(self, node: Instance) -> None:
+        """Run a killed node's keeper again: it rewinds and follows the new primary."""
+        deadline = time.monotonic() + 30
+        while (pid := node.postmaster_pid()) is not None and _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self._serve(node)
 
     @contextmanager
     def standby_paused(self) -> Iterator[Instance]:
@@ -264,6 +286,42 @@ class HACluster:
                     proc.send_signal(signal.SIGCONT)
                 except psutil.NoSuchProcess:
                     pass
+
+    def fault(self, case: str, timeout: float = 180) -> bool:
+        """Apply one fault to the cluster and wait until a primary serves with a healthy
+        standby again; returns whether the primary moved to the other node. ``case``:
+        ``kill_postmaster`` (the keeper restarts it: the monitor fails over, or the same
+        node comes back first), ``kill_node`` (keeper and PostgreSQL; rejoins after the
+        failover), ``perform_failover`` or ``standby_paused`` (6 s)."""
+        before = self.primary()
+        old_pid = before.postmaster_pid()
+        deadline = time.monotonic() + timeout
+        if case == "standby_paused":
+            with self.standby_paused():
+                time.sleep(6)
+            self.wait_healthy(timeout)
+            return False
+        killed: Instance | None = None
+        if case == "kill_postmaster":
+            self.kill_primary_postmaster()
+        elif case == "kill_node":
+            killed = self.kill_primary_node()
+        else:
+            self.perform_failover()
+        while True:
+            try:
+                now = self.primary()
+                if now is not before or (case == "kill_postmaster" and before.postmaster_pid() != old_pid):
+                    break
+            except RuntimeError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no primary after {case}: {self.state()}")
+            time.sleep(0.25)
+        if killed is not None:
+            self.rejoin(killed)
+        self.wait_healthy(max(1.0, deadline - time.monotonic()))
+        return now is not before
 
     def perform_failover(self, timeout: float = 120) -> None:
         """``pg_autoctl perform failover``: a clean switchover; returns once it is done."""
