@@ -28,7 +28,10 @@ logs, stop webhook and traces) subscribe once at start-up (:func:`app.main.creat
   (:func:`app.admission.admission.admit`); :data:`BUDGET_EXHAUSTED`
   (:class:`BudgetExhausted`): the first such refusal of a budget's window, across
   processes (committed); :data:`BUDGET_SPENT` (:class:`BudgetSpent`): a request settled
-  into a budget's window (:class:`app.proxy.accounting.Accounting`).
+  into a budget's window (:class:`app.proxy.accounting.Accounting`);
+  :data:`BUDGET_THRESHOLD` (:class:`BudgetThreshold`): a budget's window reached one of its
+  warning thresholds (once across processes, committed; :mod:`app.budgets.thresholds`);
+  :data:`BUDGET_USAGE` (:class:`BudgetUsage`): the fraction of a limit a window used changed.
 - :data:`MCP_CALL` (:class:`McpCall`): a ``tools/call`` through ``/mcp/<name>`` ended.
 
 Emitting is synchronous and cheap (a loop over the subscribers); a subscriber must not
@@ -220,6 +223,35 @@ class BudgetSpent:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetThreshold:
+    """Budget ``budget_id`` used ``threshold`` percent of its ``limit`` (``request_limit``,
+    ``token_limit``, ``cost_limit_usd``; value ``limit_value``) in the window from
+    ``window_start`` to ``window_end`` (``None``: lifetime): ``spent`` and ``held`` in the
+    limit's unit (requests, tokens, US dollars), ``fraction`` = spent / limit; ``message``
+    says it in words."""
+
+    budget_id: str
+    limit: str
+    threshold: float
+    limit_value: Decimal
+    spent: Decimal
+    held: Decimal
+    fraction: float
+    window_start: datetime
+    window_end: datetime | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetUsage:
+    """Budget ``budget_id``'s current window has used ``fraction`` of its ``limit``."""
+
+    budget_id: str
+    limit: str
+    fraction: float
+
+
+@dataclass(frozen=True, slots=True)
 class McpCall:
     """A ``tools/call`` to MCP server ``server`` ended (:mod:`app.mcp.routes`):
     ``outcome`` is ``ok``, ``error`` (the tool failed), ``refused`` (by the gateway),
@@ -247,4 +279,6 @@ COST_HELD: Channel[CostHeld] = Channel("cost_held")
 BUDGET_REFUSED: Channel[BudgetRefused] = Channel("budget_refused")
 BUDGET_EXHAUSTED: Channel[BudgetExhausted] = Channel("budget_exhausted")
 BUDGET_SPENT: Channel[BudgetSpent] = Channel("budget_spent")
+BUDGET_THRESHOLD: Channel[BudgetThreshold] = Channel("budget_threshold")
+BUDGET_USAGE: Channel[BudgetUsage] = Channel("budget_usage")
 MCP_CALL: Channel[McpCall] = Channel("mcp_call")

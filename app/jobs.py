@@ -1,7 +1,8 @@
 """The gateway process's periodic maintenance jobs, started with the app and cancelled
 when it stops: the reservation sweep (:mod:`app.admission.reservations`), the budget lease
-sweep (:mod:`app.budgets.escrow`), the admission log's pruning (:mod:`app.db.commits`)
-and retention (:mod:`app.retention`). Every job is safe
+sweep (:mod:`app.budgets.escrow`), the admission log's pruning (:mod:`app.db.commits`),
+the budgets' warning thresholds (:mod:`app.budgets.thresholds`, every second while the
+process has traffic) and retention (:mod:`app.retention`). Every job is safe
 to run in every process of every replica at once. A run that fails is reported and the
 job goes on: one fault-log line per outage when the database cannot be reached
 (:mod:`app.fault_log`), a traceback for anything else.
@@ -18,7 +19,8 @@ import asyncpg
 
 from app import retention
 from app.admission import reservations
-from app.budgets import escrow
+from app import events
+from app.budgets import escrow, thresholds, windows
 from app.db import commits
 from app.db.errors import database_unreachable
 from app.fault_log import faults
@@ -56,6 +58,10 @@ def start(pool: asyncpg.Pool, settings: Settings) -> list[asyncio.Task[None]]:
         jobs.append(("budget lease sweep", settings.reservation_sweep_s, lambda: escrow.sweep(pool), False))
         jobs.append(("admission log pruning", settings.reservation_sweep_s,
                      lambda: commits.prune(pool, settings.admission_log_retention_s), False))
+    events.ADMISSION_DONE.subscribe(thresholds.activity.touched)
+    events.EXCHANGE_FINISHED.subscribe(thresholds.activity.touched)
+    jobs.append(("budget threshold check", thresholds.CHECK_INTERVAL_S,
+                 lambda: thresholds.check_if_active(pool, windows.now(settings.clock_offset_s)), False))
     if settings.retention_days is not None or settings.ledger_keep_per_conversation > 0:
         jobs.append(("retention", settings.retention_interval_s, lambda: retention.run(pool, settings), True))
     return [asyncio.create_task(every(name, interval, run, at_start=at_start), name=name)

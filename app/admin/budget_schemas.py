@@ -25,10 +25,27 @@ KEY_ID_PATTERN = r"^key_[0-9a-f]{16}$"
 MAX_DEPTH = 4
 
 
+#: A warning threshold: percent of a limit, above 0 and at most 100.
+Percent = Annotated[float, Field(gt=0, le=100, allow_inf_nan=False, strict=True)]
+
+
+def _distinct(values: list[float] | None) -> list[float] | None:
+    return sorted(set(values)) if values is not None else None
+
+
 class BudgetLimits(BaseModel):
     """A budget's ceilings; ``null`` means none. Any subset."""
 
     model_config = ConfigDict(extra="forbid")
+    thresholds: list[Percent] | None = Field(
+        None, max_length=10, description="Warning thresholds: percents of each limit (above 0, at most 100, at "
+        "most 10; repeated ones count once) whose crossing in a window is announced once (webhook budget.threshold, the "
+        "budget's events). null: the default, 50, 80 and 95; []: none.")
+
+    @field_validator("thresholds")
+    @classmethod
+    def _distinct_thresholds(cls, v: list[float] | None) -> list[float] | None:
+        return _distinct(v)
 
     request_limit: Count | None = Field(
         None, description="Admitted requests of all its tasks (and its descendants' tasks) per window.")
@@ -65,6 +82,14 @@ class BudgetPatch(BudgetLimits):
     metadata: SafeJsonObject | None = Field(None, description="Replaces the metadata; null empties it.")
 
 
+class Crossing(BaseModel):
+    """A warning threshold a window crossed."""
+
+    limit: Literal["request_limit", "token_limit", "cost_limit_usd"]
+    threshold: float = Field(..., description="Percent of the limit.")
+    crossed_at: datetime
+
+
 class WindowSpend(BaseModel):
     """A budget's spend in one window."""
 
@@ -80,6 +105,8 @@ class WindowSpend(BaseModel):
     cost_usd: float = Field(0, description="Settled dollars (US dollars).")
     reserved_usd: float = Field(0, description="Worst-case dollars of requests in flight (US dollars).")
     exhausted_at: datetime | None = Field(None, description="When the window first refused a request.")
+    warnings: list[Crossing] = Field(default_factory=list, description="Warning thresholds crossed in the "
+                                      "window, in the order they were crossed.")
 
 
 class Budget(BaseModel):
@@ -93,6 +120,7 @@ class Budget(BaseModel):
     cost_limit_usd: float | None
     window: Literal["day", "week", "month"] | None
     timezone: str
+    thresholds: list[float] = Field(..., description="Warning thresholds in force (percents of each limit).")
     metadata: dict[str, Any]
     tasks: int = Field(0, description="Tasks drawing directly from this budget.")
     children: list[str] = Field(default_factory=list, description="Budgets nested directly in this one.")

@@ -25,7 +25,7 @@ from app.admin.errors import AdminError, responses
 from app.admin.routes import AfterSeq, _require_admin
 from app.admission.tokens import token_hash
 from app.budgets import keys as budget_keys
-from app.budgets import escrow, pause, windows
+from app.budgets import escrow, pause, thresholds, windows
 from app.db.pool import durable
 
 router = APIRouter(prefix="/admin", tags=["budgets"], dependencies=[Depends(_require_admin)])
@@ -34,9 +34,9 @@ BudgetIdPath = Annotated[str, Path(pattern=schemas.BUDGET_ID_PATTERN, descriptio
 KeyIdPath = Annotated[str, Path(pattern=schemas.KEY_ID_PATTERN, description="The key's id.")]
 
 _COLUMNS = ("id", "parent_id", "depth", "request_limit", "token_limit", "cost_limit_usd", "window", "timezone",
-            "metadata")
+            "metadata", "thresholds")
 _INSERT = ("INSERT INTO budgets (id, parent_id, depth, request_limit, token_limit, cost_limit_usd, \"window\","
-           " timezone, metadata) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING *")
+           " timezone, metadata, thresholds) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING *")
 _GET = "SELECT * FROM budgets WHERE id = $1"
 _LIST = ("SELECT * FROM budgets WHERE ($1::text IS NULL OR parent_id = $1) AND ($2::text IS NULL OR id > $2)"
          " ORDER BY id LIMIT $3")
@@ -46,7 +46,12 @@ _HISTORY = (f"SELECT w.*, {escrow.LEASE_SPENT} AS lease_spent FROM budget_window
             " WHERE budget_id = $1 AND window_start < $2 ORDER BY window_start DESC LIMIT 12")
 _TASKS = "SELECT count(*) FROM tasks WHERE budget_id = $1"
 _CHILDREN = "SELECT id FROM budgets WHERE parent_id = $1 ORDER BY id LIMIT 1000"
-_PATCHABLE = ("request_limit", "token_limit", "cost_limit_usd", "metadata")
+_PATCHABLE = ("request_limit", "token_limit", "cost_limit_usd", "metadata", "thresholds")
+#: Thresholds crossed in the windows ``$2`` of the budgets ``$1``, and in a budget's past windows.
+_WARNINGS = ("SELECT x.* FROM budget_warnings x JOIN unnest($1::text[], $2::timestamptz[]) AS k(b, s)"
+             " ON x.budget_id = k.b AND x.window_start = k.s ORDER BY x.crossed_at, x.threshold")
+_PAST_WARNINGS = ("SELECT * FROM budget_warnings WHERE budget_id = $1 AND window_start < $2"
+                  " ORDER BY crossed_at, threshold")
 _KEYS = "SELECT * FROM budget_keys WHERE budget_id = $1 ORDER BY created_at, id"
 _NEW_KEY = ("INSERT INTO budget_keys (id, budget_id, key_hash, template, metadata) VALUES ($1, $2, $3, $4, $5)"
             " RETURNING *")
@@ -63,10 +68,13 @@ def _dollars(value: Any) -> Any:
     return Decimal(str(value)) if value is not None else None
 
 
-def _spend(row: Any, start: datetime, end: datetime | None) -> schemas.WindowSpend:
+def _spend(row: Any, start: datetime, end: datetime | None, warnings: list[Any]) -> schemas.WindowSpend:
+    crossed = [schemas.Crossing(limit=w["limit_name"], threshold=w["threshold"], crossed_at=w["crossed_at"])
+               for w in warnings]
     if row is None:
-        return schemas.WindowSpend(window_start=start, window_end=end, resets_at=end)
+        return schemas.WindowSpend(window_start=start, window_end=end, resets_at=end, warnings=crossed)
     d = dict(row)
+    d["warnings"] = crossed
     spent = d.pop("lease_spent", 0)  # admitted on escrow leases, not folded into the window yet
     d["admitted_requests"] += spent
     d["leased_requests"] -= spent
@@ -80,17 +88,25 @@ async def _budgets(conn: asyncpg.Connection, rows: list[Any], at: datetime, *,
     """The API view of ``budgets`` rows: current spend (one query for all), and with
     ``detail`` the task count, children and past windows."""
     spans = [windows.span(r["window"], r["timezone"], at) for r in rows]
-    found = {(w["budget_id"], w["window_start"]): w for w in await conn.fetch(
-        _CURRENT, [r["id"] for r in rows], [s.start for s in spans])}
+    keys = ([r["id"] for r in rows], [s.start for s in spans])
+    found = {(w["budget_id"], w["window_start"]): w for w in await conn.fetch(_CURRENT, *keys)}
+    crossed: dict[tuple[str, datetime], list[Any]] = {}
+    for w in await conn.fetch(_WARNINGS, *keys):
+        crossed.setdefault((w["budget_id"], w["window_start"]), []).append(w)
     out = []
     for row, span in zip(rows, spans):
         d = dict(row)
         d["parent"] = d.pop("parent_id")
-        d["current"] = _spend(found.get((row["id"], span.start)), span.start, span.end)
+        d["thresholds"] = list(thresholds.thresholds_of(row["thresholds"]))
+        d["current"] = _spend(found.get((row["id"], span.start)), span.start, span.end,
+                              crossed.get((row["id"], span.start), []))
         if detail:
             d["tasks"] = await conn.fetchval(_TASKS, row["id"])
             d["children"] = [c["id"] for c in await conn.fetch(_CHILDREN, row["id"])]
-            d["windows"] = [_spend(w, w["window_start"], w["window_end"])
+            past: dict[datetime, list[Any]] = {}
+            for w in await conn.fetch(_PAST_WARNINGS, row["id"], span.start):
+                past.setdefault(w["window_start"], []).append(w)
+            d["windows"] = [_spend(w, w["window_start"], w["window_end"], past.get(w["window_start"], []))
                             for w in await conn.fetch(_HISTORY, row["id"], span.start)]
         out.append(schemas.Budget.model_validate(d))
     return out

@@ -30,6 +30,24 @@ def _limit_options(fn: Any) -> Any:
     return fn
 
 
+def _thresholds(text: str | None) -> dict[str, Any]:
+    """``--thresholds``: "50,80,95" (percents), "none" (no warnings) or "default"."""
+    if text is None:
+        return {}
+    if text.strip().lower() in ("none", ""):
+        return {"thresholds": []}
+    if text.strip().lower() == "default":
+        return {"thresholds": None}
+    try:
+        return {"thresholds": [float(t) for t in text.split(",")]}
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: percents separated by commas, e.g. 50,80,95 (or none, default)",
+                                 param_hint="--thresholds") from None
+
+
+_THRESHOLDS_HELP = "Warning thresholds: percents of each limit, e.g. 50,80,95 (the default); 'none' for no warnings."
+
+
 def _limits(request_limit: Any, token_limit: Any, cost_limit: Any) -> dict[str, Any]:
     given = {"request_limit": request_limit, "token_limit": token_limit, "cost_limit_usd": cost_limit}
     return {k: (None if v == "none" else v) for k, v in given.items() if v is not None}
@@ -65,6 +83,9 @@ def show_budget(b: dict) -> None:
     table.add_row("dollars", _cost(cur, b["cost_limit_usd"]))
     table.add_row("window", f"{cur['window_start']} to {cur.get('window_end') or 'never'}")
     table.add_row("tasks", str(b.get("tasks", 0)))
+    crossed = ", ".join(f"{w['threshold']:g} % of {w['limit']}" for w in cur.get("warnings") or [])
+    table.add_row("warnings", (", ".join(f"{t:g} %" for t in b.get("thresholds") or []) or "none")
+                  + (f"; crossed this window: {crossed}" if crossed else ""))
     if b.get("paused_at"):
         table.add_row("[bold red]paused[/bold red]", f"since {_when(b['paused_at'])} by {b.get('paused_by')}: "
                       f"{b.get('paused_reason')} (every task under it is refused)")
@@ -113,13 +134,14 @@ def show(api: AdminClient, as_json: bool, budget_id: str) -> None:
 @click.option("--window", type=click.Choice(["day", "week", "month"]), default=None,
               help="Calendar window of the limits (default: lifetime).")
 @click.option("--timezone", default="UTC", show_default=True, help="IANA timezone of the window.")
+@click.option("--thresholds", default=None, help=_THRESHOLDS_HELP)
 @_limit_options
 @admin_command
 def create(api: AdminClient, as_json: bool, budget_id: str | None, parent: str | None, window: str | None,
-           timezone: str, request_limit: Any, token_limit: Any, cost_limit: Any) -> None:
+           timezone: str, thresholds: str | None, request_limit: Any, token_limit: Any, cost_limit: Any) -> None:
     """Create a budget."""
     body: dict[str, Any] = {"window": window, "timezone": timezone,
-                            **_limits(request_limit, token_limit, cost_limit)}
+                            **_limits(request_limit, token_limit, cost_limit), **_thresholds(thresholds)}
     if budget_id:
         body["id"] = budget_id
     if parent:
@@ -130,14 +152,15 @@ def create(api: AdminClient, as_json: bool, budget_id: str | None, parent: str |
 
 @budgets.command()
 @click.argument("budget_id")
+@click.option("--thresholds", default=None, help=_THRESHOLDS_HELP + " 'default' restores 50,80,95.")
 @_limit_options
 @admin_command
-def update(api: AdminClient, as_json: bool, budget_id: str, request_limit: Any, token_limit: Any,
-           cost_limit: Any) -> None:
-    """Change a budget's limits ('none' removes one)."""
-    body = _limits(request_limit, token_limit, cost_limit)
+def update(api: AdminClient, as_json: bool, budget_id: str, thresholds: str | None, request_limit: Any,
+           token_limit: Any, cost_limit: Any) -> None:
+    """Change a budget's limits ('none' removes one) or its warning thresholds."""
+    body = {**_limits(request_limit, token_limit, cost_limit), **_thresholds(thresholds)}
     if not body:
-        raise click.UsageError("give at least one limit to change")
+        raise click.UsageError("give at least one limit or --thresholds to change")
     b = api.request("PATCH", f"/admin/budgets/{budget_id}", json=body)
     render.print_json(b) if as_json else show_budget(b)
 

@@ -17,7 +17,9 @@ lines and the stop webhook. :func:`subscribe` is called once by
 - MCP call: ``taskgate_mcp_calls_total{server,tool,outcome}`` and a log line;
 - budget refused / spent / exhausted: ``taskgate_budget_refusals_total{budget}``,
   ``taskgate_budget_spent_usd{budget}`` and the stop webhook's ``budget.exhausted``
-  (once per budget window).
+  (once per budget window);
+- budget threshold: a warning line and the webhook's ``budget.threshold`` (once per
+  budget, window, limit and threshold); budget usage: ``taskgate_budget_used_fraction``.
 """
 
 from __future__ import annotations
@@ -104,6 +106,15 @@ def budget_exhausted(event: events.BudgetExhausted) -> None:
     webhook.schedule_budget(event)
 
 
+def budget_threshold(event: events.BudgetThreshold) -> None:
+    logger.warning("%s", event.message, extra={"budget_id": event.budget_id, "reason": event.limit})
+    webhook.schedule_threshold(event)
+
+
+def budget_usage(event: events.BudgetUsage) -> None:
+    metrics.BUDGET_USED.labels(event.budget_id, event.limit).set(event.fraction)
+
+
 def mcp_call(event: events.McpCall) -> None:
     """``taskgate_mcp_calls_total`` and one log line per MCP tool call."""
     metrics.MCP_CALLS.labels(event.server, metrics.mcp_tool_label(event.server, event.tool), event.outcome).inc()
@@ -125,6 +136,8 @@ def subscribe() -> None:
     events.BUDGET_REFUSED.subscribe(budget_refused)
     events.BUDGET_SPENT.subscribe(budget_spent)
     events.BUDGET_EXHAUSTED.subscribe(budget_exhausted)
+    events.BUDGET_THRESHOLD.subscribe(budget_threshold)
+    events.BUDGET_USAGE.subscribe(budget_usage)
     events.COST_SETTLED.subscribe(cost_settled)
     events.COST_HELD.subscribe(cost_held)
     events.MCP_CALL.subscribe(mcp_call)

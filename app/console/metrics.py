@@ -132,6 +132,10 @@ def mcp_tool_label(server: str, tool: str) -> str:
 #: Per budget (ids are the operator's own, as few as the budgets it creates).
 BUDGET_SPENT = Gauge("taskgate_budget_spent_usd", "Settled US dollars of a budget in the window of its latest "
                      "settlement (any process).", ["budget"], multiprocess_mode="mostrecent")
+BUDGET_USED = Gauge("taskgate_budget_used_fraction", "Fraction of a budget's limit (requests, tokens, dollars) "
+                    "its current window used (1 = at the limit), as its latest threshold check read it (any "
+                    "process with recent traffic; app.budgets.thresholds).", ["budget", "limit"],
+                    multiprocess_mode="mostrecent")
 BUDGET_REFUSALS = Counter("taskgate_budget_refusals", "Requests refused with 403 budget_exhausted, by budget.",
                           ["budget"])
 WEBHOOK_DELIVERIES = Counter("taskgate_webhook_deliveries", "Stop webhook deliveries by result "

@@ -1,6 +1,8 @@
 """The stop webhook (``TASKGATE_STOP_WEBHOOK_URL``): tell someone when a task stops, or
 a budget runs out (``budget.exhausted``, :func:`budget_payload`: once per budget window,
-across processes, decided in admission).
+across processes, decided in admission), or reaches a warning threshold
+(``budget.threshold``, :func:`threshold_payload`: once per budget, window, limit and
+threshold, across processes; :mod:`app.budgets.thresholds`).
 
 :func:`schedule` is called where the latch is set, inside its transaction. Delivery
 runs off the request path in a background task that first waits until the
@@ -19,6 +21,7 @@ import json
 import logging
 from dataclasses import replace
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
@@ -90,6 +93,28 @@ def budget_payload(event: events.BudgetExhausted) -> dict[str, Any]:
     }
 
 
+def threshold_payload(event: events.BudgetThreshold) -> dict[str, Any]:
+    """The JSON document for a threshold crossed (``text``: a Slack message too): the
+    budget, the window, the limit and its value, what was spent and held (requests,
+    tokens or US dollars, as numbers), the fraction used and the sentence."""
+    def utc(at: datetime | None) -> str | None:
+        return at.astimezone(timezone.utc).isoformat() if at is not None else None
+    return {
+        "text": slack_escape(f"taskgate: {event.message}"),
+        "event": "budget.threshold",
+        "budget_id": event.budget_id,
+        "limit": event.limit,
+        "threshold": event.threshold,
+        "limit_value": event.limit_value,
+        "spent": event.spent,
+        "held": event.held,
+        "fraction": event.fraction,
+        "window_start": utc(event.window_start),
+        "resets_at": utc(event.window_end),
+        "message": event.message,
+    }
+
+
 class StopWebhook:
     """Delivers stop announcements for one gateway process."""
 
@@ -120,8 +145,9 @@ class StopWebhook:
                 return dict(row)
         return None  # rolled back (or the database stayed away): nothing to announce
 
-    def schedule_budget(self, event: events.BudgetExhausted) -> None:
-        body = json.dumps(budget_payload(event), default=str).encode()
+    def schedule_budget(self, event: events.BudgetExhausted | events.BudgetThreshold) -> None:
+        payload = budget_payload(event) if isinstance(event, events.BudgetExhausted) else threshold_payload(event)
+        body = json.dumps(payload, default=_number).encode()
         task = asyncio.get_running_loop().create_task(self._post(body, f"budget {event.budget_id}", {}))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
@@ -170,6 +196,19 @@ def schedule_budget(event: events.BudgetExhausted) -> None:
     """Announce a budget's exhaustion (its first refusal in a window; no-op without a URL)."""
     if _active is not None:
         _active.schedule_budget(event)
+
+
+def schedule_threshold(event: events.BudgetThreshold) -> None:
+    """Announce a threshold crossed (committed, once across processes; no-op without a URL)."""
+    if _active is not None:
+        _active.schedule_budget(event)
+
+
+def _number(value: Any) -> Any:
+    """JSON for what ``json`` cannot encode: a Decimal as a number, anything else as text."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    return str(value)
 
 
 def start(settings: Settings, pool: asyncpg.Pool) -> None:

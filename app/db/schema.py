@@ -220,6 +220,8 @@ budgets = Table(
     Column("paused_at", DateTime(timezone=True)),
     Column("paused_by", Text),
     Column("paused_reason", Text),
+    # warning thresholds (migration 0017): percents of each limit; NULL: 50, 80, 95
+    Column("thresholds", ARRAY(Float)),
     CheckConstraint("depth BETWEEN 1 AND 4", name="ck_budgets_depth"),
     CheckConstraint("\"window\" IS NULL OR \"window\" IN ('day', 'week', 'month')", name="ck_budgets_window"),
 )
@@ -275,6 +277,18 @@ budget_events = Table(
     Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Index("ix_budget_events_budget_id_id", "budget_id", "id"),
+)
+
+#: Warning thresholds crossed (migration 0017): one row per budget, window, limit and
+#: threshold, inserted ON CONFLICT DO NOTHING by whichever process sees the crossing first.
+budget_warnings = Table(
+    "budget_warnings",
+    metadata,
+    Column("budget_id", Text, ForeignKey("budgets.id", ondelete="CASCADE"), primary_key=True),
+    Column("window_start", DateTime(timezone=True), primary_key=True),
+    Column("limit_name", Text, primary_key=True),
+    Column("threshold", Float, primary_key=True),
+    Column("crossed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
 #: Budget keys: an API key (only its SHA-256 stored) whose every agent run gets its own

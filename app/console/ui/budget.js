@@ -6,7 +6,7 @@
 import { AuthError, api, badge, budgetLink, cursors, duration, extras, h, int, meters, pageButtons, show, table,
   taskLink, usd, when } from "./lib.js";
 import { BUDGET_HEADERS, LEASED_WORDS, WINDOW_FIELDS, budgetMeters, budgetRow, resetsWords, stateBadge,
-  windowWords } from "./budgets.js";
+  warningWords, windowWords } from "./budgets.js";
 import { words } from "./task.js";
 
 const TASKS_PAGE = 50;
@@ -14,7 +14,7 @@ const CHILDREN_PAGE = 50;
 const REFRESH_MS = 5000;
 const FIELDS = ["id", "parent", "depth", "request_limit", "token_limit", "cost_limit_usd", "window", "timezone",
   "metadata", "tasks", "children", "current", "windows", "created_at", "updated_at", "paused_at", "paused_by",
-  "paused_reason"];
+  "paused_reason", "thresholds"];
 
 function limitWords(b) {
   const parts = [b.request_limit !== null && b.request_limit !== undefined ? `${int(b.request_limit)} requests` : null,
@@ -37,6 +37,9 @@ function facts(b) {
     ["tasks drawing directly from it", int(b.tasks || 0)],
     ["leased requests", h("span", { id: "leased", title: LEASED_WORDS },
       leasedWords((b.current && b.current.leased_requests) || 0))],
+    ["warning thresholds", (b.thresholds || []).length ? b.thresholds.map((t) => `${t} %`).join(", ")
+      + " of each limit, announced once a window" : "none"],
+    ["crossed this window", h("span", { id: "warnings" }, warningWords(b).join("; ") || "none")],
     ["first refusal this window", b.current && b.current.exhausted_at ? when(b.current.exhausted_at) : "none"],
     ["metadata", words(b.metadata)], ...extras(b, FIELDS)];
   return h("table", { id: "budget-facts", class: "facts" },
@@ -46,13 +49,15 @@ function facts(b) {
 function windowsTable(b) {
   const more = (w) => extras(w, WINDOW_FIELDS).map(([k, v]) => `${k} ${v}`).join(", ");
   const other = (b.windows || []).some((w) => more(w));  // fields a newer gateway adds
-  return table("windows", ["window", "requests", "tokens in / out", "dollars", "first refusal", other ? "other" : null]
+  return table("windows", ["window", "requests", "tokens in / out", "dollars", "warnings", "first refusal",
+    other ? "other" : null]
     .filter(Boolean),
     (b.windows || []).map((w) => h("tr", {},
       h("td", {}, when(w.window_start), " – ", w.window_end ? when(w.window_end) : "now"),
       h("td", {}, int(w.admitted_requests || 0)),
       h("td", {}, `${int(w.input_tokens || 0)} / ${int(w.output_tokens || 0)}`),
       h("td", {}, usd(w.cost_usd || 0)),
+      h("td", {}, warningWords({ current: w }).map((x) => x.split(" at ")[0]).join(", ")),
       h("td", {}, w.exhausted_at ? when(w.exhausted_at) : ""),
       other ? h("td", { class: "muted" }, more(w)) : null)),
     b.window ? "none yet: this is the budget's first window" : "none: a lifetime budget has one window");

@@ -10,7 +10,7 @@ const REFRESH_MS = 5000;
 
 /** The fields of a window's spend this page shows; others are listed as they come. */
 export const WINDOW_FIELDS = ["window_start", "window_end", "resets_at", "admitted_requests", "leased_requests",
-  "input_tokens", "output_tokens", "total_tokens", "cost_usd", "reserved_usd", "exhausted_at"];
+  "input_tokens", "output_tokens", "total_tokens", "cost_usd", "reserved_usd", "exhausted_at", "warnings"];
 
 /** What "leased" means, wherever leased requests are shown. */
 export const LEASED_WORDS = "Leased: requests this budget set aside for the gateway processes in advance (escrow "
@@ -41,7 +41,8 @@ export function exhausted(b) {
 
 /** The budget's state as a badge: paused (the kill switch), exhausted (a limit reached),
  * refused (it refused a request in this window but has room now: a limit was raised, or a
- * request's worst case did not fit), else open. */
+ * request's worst case did not fit), warned (the highest warning threshold it crossed this
+ * window: "80 % of requests"), else open. */
 export function stateBadge(b) {
   if (b.paused_at) return h("span", { class: "badge stopped", "data-state": "paused",
     title: `paused by ${b.paused_by || "?"} at ${when(b.paused_at)}: ${b.paused_reason || ""}` }, "paused");
@@ -50,7 +51,20 @@ export function stateBadge(b) {
     "exhausted: " + out.join(", "));
   if (b.current && b.current.exhausted_at) return h("span", { class: "badge refused", "data-state": "refused",
     title: "first refused a request at " + when(b.current.exhausted_at) }, "refused");
+  const warned = warningWords(b);
+  if (warned.length) return h("span", { class: "badge refused", "data-state": "warned", title: warned.join("; ") },
+    warned[warned.length - 1].split(" at ")[0]);
   return h("span", { class: "badge active", "data-state": "open" }, "open");
+}
+
+const LIMIT_WORDS = { request_limit: "requests", token_limit: "tokens", cost_limit_usd: "dollars" };
+
+/** The warning thresholds the current window crossed, lowest share first: "80 % of
+ * requests at 12:01:05". Pure but for the time format. */
+export function warningWords(b) {
+  const crossed = ((b.current || {}).warnings || []).slice()
+    .sort((x, y) => x.threshold - y.threshold || String(x.crossed_at).localeCompare(String(y.crossed_at)));
+  return crossed.map((w) => `${w.threshold} % of ${LIMIT_WORDS[w.limit] || w.limit} at ${when(w.crossed_at)}`);
 }
 
 /** "month (Europe/Berlin)", or "lifetime". */
