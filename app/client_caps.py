@@ -17,7 +17,10 @@ already waiting included.
 A busy host's burst of new connections (SDK clients, every client behind one NAT) is
 served as long as there is room; a flood of silent or trickling connections is shed
 within a second once it fills three quarters of the connection budget (``max_connections``), so it
-cannot take the room the other clients need. Behind a reverse proxy every client has the
+cannot take the room the other clients need. Under that pressure :mod:`app.server` also
+admits new connections fairly: one past its cap is closed when accepted, and one within
+its caps makes room by shedding an idle or silent connection past its cap of the address
+holding the most (a flood that reopens what is closed cannot refill the shared budget). Behind a reverse proxy every client has the
 proxy's address: bound clients in the proxy (docs/hardening.md).
 """
 

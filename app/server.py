@@ -22,6 +22,11 @@ httptools parser, so :class:`BoundedHttpToolsProtocol` adds both:
   have not finished their first headers, per peer address; while the process is under
   pressure, a connection past a cap is on a short leash: its first byte and each
   request's headers get ``over_cap_header_timeout_s`` (1 s).
+- **Fair admission under a flood**: while the process is under pressure, a *new*
+  connection past its address's cap is closed at once (the cap is enforced before the
+  shared budget is charged: a client that reopens what is closed cannot refill it), and
+  a new connection within its caps makes room by closing one idle or silent connection
+  past its cap of the address holding the most (never one with a request in progress).
 - **First-byte deadline** (``first_byte_timeout_s``): a new connection that sends
   nothing within it is closed (shorter than the header deadline).
 
@@ -62,6 +67,23 @@ def client_caps(settings: Settings) -> ClientCaps:
 #: Connections past a cap accepted while there was no pressure, still without their first
 #: headers: leashed all at once when pressure comes.
 _waiting: set["BoundedHttpToolsProtocol"] = set()
+#: Open connections accepted past their address's cap, by address: shed first (idle or
+#: silent ones) to make room for a connection within its caps under pressure.
+_over_cap: dict[str, set["BoundedHttpToolsProtocol"]] = {}
+
+
+def _shed_one() -> bool:
+    """Close one connection past its cap that has no request in progress (silent, or
+    idle between requests), of the address with the most open connections; ``False``
+    when there is none."""
+    if _caps is None:
+        return False
+    for address in sorted(_over_cap, key=lambda a: _caps.open.get(a, 0) if _caps else 0, reverse=True):
+        for conn in _over_cap[address]:
+            if conn._idle():
+                conn.transport.close()
+                return True
+    return False
 
 
 class BoundedHttpToolsProtocol(HttpToolsProtocol):
@@ -104,11 +126,20 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             self._peer, self._unfinished = address, True
             if not self._caps.accept(address):
                 if not self._caps.under_pressure():
+                    _over_cap.setdefault(address, set()).add(self)
                     _waiting.add(self)
                     return
-                for waiting in [self, *_waiting]:
+                for waiting in _waiting:
                     waiting._leash(self._over_cap_timeout_s)
                 _waiting.clear()
+                self.transport.close()  # past its cap under pressure: not charged to the budget others share
+            elif self._caps.under_pressure():
+                _shed_one()  # room for a client within its caps, from the heaviest one past its cap
+
+    def _idle(self) -> bool:
+        """No request in progress: nothing received yet, or between kept-alive requests."""
+        return (not self._request_begun and not self._body_pending and not self.transport.is_closing()
+                and (self.cycle is None or self.cycle.response_complete))
 
     def _leash(self, timeout_s: float) -> None:
         """Past this client's cap under pressure: the first byte and every request's
@@ -150,6 +181,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         _waiting.discard(self)
         if self._peer is not None:
             self._caps.closed(self._peer, self._unfinished)
+            over = _over_cap.get(self._peer)
+            if over is not None:
+                over.discard(self)
+                if not over:
+                    del _over_cap[self._peer]
             self._peer = None
         super().connection_lost(exc)
 

@@ -1,5 +1,6 @@
 """Per-client connection caps (issue 21, item 4), at their defaults (256 and 64): 2,100 silent
-connections from one address leave another address's requests served, and a burst of
+connections from one address leave another address's requests served, also when the
+flood reopens whatever is closed (issue 37: fair admission), and a burst of
 3,000 requests from one address (new connections, or kept alive) is served in full.
 Real gateway processes; the other client binds 127.0.0.2."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 
 import httpx
@@ -54,6 +56,90 @@ def test_silent_connections_from_one_address_leave_another_served(database_url, 
         served = statuses.count(200)
         print(f"{served} of {len(statuses)} requests of 127.0.0.2 served beside 2,100 silent connections")
         assert served >= 95, statuses
+
+
+class _Flood:
+    """``n`` connections from 127.0.0.1 held open: whatever the gateway closes is opened
+    again at once (every 50 ms), silent or, with ``request``, after one request each and
+    then idle (kept alive)."""
+
+    REQUEST = b"GET /healthz HTTP/1.1\r\nHost: taskgate\r\n\r\n"
+
+    def __init__(self, port: int, n: int, request: bool) -> None:
+        self.port, self.request = port, request
+        self.socks = [self._open() for _ in range(n)]
+        self.sent = [False] * n
+        self.reopened = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._hold, daemon=True)
+
+    def _open(self) -> socket.socket:
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(("127.0.0.1", self.port))
+        except BlockingIOError:
+            pass
+        return s
+
+    def _closed(self, s: socket.socket) -> bool:
+        try:
+            return s.recv(65536, socket.MSG_DONTWAIT) == b""  # EOF (a response is read and dropped)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    def _hold(self) -> None:
+        while not self._stop.is_set():
+            for i, s in enumerate(self.socks):
+                if self._closed(s):
+                    s.close()
+                    self.socks[i], self.sent[i] = self._open(), False
+                    self.reopened += 1
+                elif self.request and not self.sent[i]:
+                    try:
+                        self.sent[i] = s.send(self.REQUEST) == len(self.REQUEST)
+                    except OSError:  # not connected yet: next round
+                        continue
+            time.sleep(0.05)
+
+    def __enter__(self) -> "_Flood":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for s in self.socks:
+            s.close()
+
+
+@pytest.mark.parametrize("request_first", [False, True], ids=["silent", "idle_after_a_request"])
+def test_a_flood_that_reopens_its_connections_leaves_another_address_served(database_url, upstream, request_first):
+    """2,100 connections from one address held open against a budget of 2,048, whatever
+    the gateway closes opened again at once (silent, or idle after one request each):
+    before fair admission 0 of 100 requests from 127.0.0.2 were served in either case
+    (503 from the shared budget); now a new connection past its cap is closed at once
+    under pressure, and one within its caps sheds an idle one of the heaviest address."""
+    with GatewayProcess(database_url, upstream.base_url, TASKGATE_MAX_CONNECTIONS="2048",
+                        TASKGATE_HEADER_TIMEOUT_S="30", TASKGATE_FIRST_BYTE_TIMEOUT_S="30") as gw:
+        _, token = Admin(gw.url).create_task(request_limit=10_000)
+        with _Flood(gw.port, 2100, request_first) as flood:
+            time.sleep(3.0)
+            other = httpx.Client(base_url=gw.url, timeout=10, headers={"authorization": f"Bearer {token}"},
+                                 transport=httpx.HTTPTransport(local_address="127.0.0.2"))
+            statuses = []
+            for _ in range(100):
+                try:
+                    statuses.append(other.post("/v1/chat/completions", json=BODY).status_code)
+                except httpx.HTTPError:
+                    statuses.append(0)
+            reopened = flood.reopened
+        served = statuses.count(200)
+        print(f"{served} of 100 requests of 127.0.0.2 served beside 2,100 connections held open "
+              f"({'idle after a request' if request_first else 'silent'}; {reopened} reopened meanwhile)")
+        assert served >= 95, {s: statuses.count(s) for s in set(statuses)}
 
 
 async def _burst(url: str, token: str, keep_alive: bool) -> list[int]:
