@@ -20,9 +20,12 @@ def _compose() -> dict:
 def test_compose_services_and_variables_match_settings():
     compose = _compose()
     services = compose["services"]
-    assert set(services) == {"postgres", "pgbouncer", "migrate", "gateway"}
+    default = {name for name, service in services.items() if not service.get("profiles")}
+    assert default == {"postgres", "pgbouncer", "migrate", "gateway"}
+    assert set(services) - default == {"ha-monitor", "ha-node1", "ha-node2", "migrate-ha", "gateway-ha"}
+    assert all(services[name]["profiles"] == ["ha"] for name in set(services) - default)  # docs/scaling.md
     fields = set(Settings.model_fields)
-    for name in ("migrate", "gateway"):
+    for name in ("migrate", "gateway", "migrate-ha", "gateway-ha"):
         for var in services[name]["environment"]:
             assert var.startswith("TASKGATE_"), var
             assert var.removeprefix("TASKGATE_").lower() in fields, f"{var} is not a setting"
