@@ -20,12 +20,15 @@ from tests.support import free_port
 
 
 class Partition:
-    """A relay to ``host:port`` on a thread of its own (a context manager)."""
+    """A relay to the database's ``host:port`` (or its unix socket, as the embedded
+    PostgreSQL has) on a thread of its own (a context manager)."""
 
     def __init__(self, database_url: str) -> None:
         target = make_url(database_url)
         self.database_url = database_url
         self.target = (target.host or "127.0.0.1", target.port or 5432)
+        socket_dir = target.query.get("host")  # the embedded PostgreSQL listens on a unix socket only
+        self.socket = f"{socket_dir}/.s.PGSQL.{target.port or 5432}" if isinstance(socket_dir, str) else None
         self.port = free_port()
         self.cut_off = False
         self._writers: set[asyncio.StreamWriter] = set()
@@ -35,8 +38,9 @@ class Partition:
 
     def url(self) -> str:
         """``database_url`` through this relay."""
-        return make_url(self.database_url).set(host="127.0.0.1", port=self.port).render_as_string(
-            hide_password=False)
+        url = make_url(self.database_url)
+        return url.set(host="127.0.0.1", port=self.port, query={k: v for k, v in url.query.items() if k != "host"}) \
+            .render_as_string(hide_password=False)
 
     def __enter__(self) -> "Partition":
         self._thread.start()
@@ -81,7 +85,8 @@ class Partition:
             await self._drain_forever(reader)
             return
         try:
-            up_reader, up_writer = await asyncio.open_connection(*self.target)
+            up_reader, up_writer = await (asyncio.open_unix_connection(self.socket) if self.socket
+                                          else asyncio.open_connection(*self.target))
         except OSError:
             writer.transport.abort()
             return
