@@ -75,7 +75,7 @@ from app.admission.holds import POLL_INTERVAL_S, holds
 from app.admission.limits import ADMISSIBLE, COUNT_REQUEST, limit_breach
 from app.admission.refusals import count_refusal, log_refusal, stop_refusal
 from app.budgets import ledger as budget_ledger
-from app.budgets import windows
+from app.budgets import room, windows
 from app.budgets.rules import budget_exhausted, budget_reserved
 from app.db import commits
 from app.db import tasks as task_rows
@@ -204,7 +204,8 @@ async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guar
                                 leased := await budget_ledger.fast_admit(conn, holder, now, token_hash, task_id,
                                                                          admission_key, request_id)):
                             return Admitted(task := Task.from_row(leased[0]), Policy(task, settings),
-                                            budget_windows=leased[1], key=admission_key)
+                                            budget_windows=leased[1], key=admission_key,
+                                            budget_room=room.of_fast_row(leased[0]))
                         while True:
                             try:
                                 admitted = await _admit_locked(conn, holder, token_hash, settings, guard,
@@ -268,6 +269,7 @@ async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, 
         refusal, verdict = await _judge(conn, task, policy, guard, conversation_key, reservation, request_id)
         if refusal is None:
             keys: tuple[budget_ledger.WindowKey, ...] = ()
+            reserved = None
             if budgets:
                 reserved = await budget_ledger.reserve(conn, holder, task.id, budgets, reservation,
                                                        windows.now(settings.clock_offset_s))
@@ -283,7 +285,8 @@ async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, 
             held = await reservations.hold(conn, task.id, reservation, reservations.deadline_s(policy),
                                            keys, admission_key) if reservation else None
             return Admitted(admitted, Policy(admitted, settings), verdict, reservation,
-                            charge.added_output_max(task, metered), held, keys)
+                            charge.added_output_max(task, metered), held, keys,
+                            budget_room=reserved.room if reserved is not None else None)
         log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))
     await _refuse(conn, task, refusal)
 

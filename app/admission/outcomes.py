@@ -16,6 +16,7 @@ from app.task import Task
 
 if TYPE_CHECKING:  # annotations only: budgets sit above admission's rules
     from app.budgets.ledger import WindowKey
+    from app.budgets.room import Room
     from app.budgets.rules import Verdict as BudgetVerdict
 
 
@@ -38,6 +39,8 @@ class Admitted:
     budget_windows: tuple[WindowKey, ...] = ()
     #: Its ``admissions`` row's key (:mod:`app.db.commits`): its settlement runs once.
     key: uuid.UUID | None = None
+    #: What its budget chain has left with it counted (:mod:`app.budgets.room`), if read.
+    budget_room: Room | None = None
 
 
 class NeedsHistory(Exception):

@@ -53,7 +53,7 @@ import asyncpg
 
 from app.admission.ceiling import Decision
 from app.admission.limits import ADMISSIBLE, COUNT_REQUEST
-from app.budgets import slices, windows
+from app.budgets import room, slices, windows
 from app.budgets.rules import Verdict, chain_verdict, window_verdict
 from app.db.pool import relaxed
 from app.settings import Settings
@@ -82,11 +82,11 @@ SPEND = """
            AND l.expires_at > now()
          ORDER BY b.depth FOR UPDATE OF l)
     UPDATE budget_leases l SET spent = l.spent + 1
-      FROM mine, budgets b
+      FROM mine, budgets b, budget_windows w
      WHERE l.holder = $1 AND l.budget_id = mine.budget_id AND l.window_start = mine.window_start
-       AND b.id = l.budget_id AND {PAYS}
-    RETURNING l.budget_id
-""".format(PAYS=_PAYS)
+       AND b.id = l.budget_id AND w.budget_id = l.budget_id AND w.window_start = l.window_start AND {PAYS}
+    RETURNING l.budget_id{ROOM}
+""".format(PAYS=_PAYS, ROOM=room.ROOM_RETURNING)
 LOCK_WINDOW = (
     "INSERT INTO budget_windows (budget_id, window_start, window_end) VALUES ($1, $2, $3)"
     " ON CONFLICT (budget_id, window_start) DO UPDATE SET window_end = EXCLUDED.window_end RETURNING *"
@@ -181,20 +181,22 @@ _FAST = """
         RETURNING *),{leases}
     paid AS (
         UPDATE budget_leases l SET spent = l.spent + 1
-          FROM {source}budgets b
-         WHERE l.holder = $2 AND {which}
+          FROM {source}budgets b, budget_windows w
+         WHERE l.holder = $2 AND {which} AND w.budget_id = l.budget_id AND w.window_start = l.window_start
            AND b.id = l.budget_id AND b.parent_id IS NOT DISTINCT FROM ($5::text[])[array_position($5::text[], b.id) - 1]
            AND {PAYS}
-        RETURNING l.budget_id, l.window_start),
+        RETURNING l.budget_id, l.window_start{ROOM_RETURNING}),
     logged AS (
         INSERT INTO admissions (key, task_id, request_id, budget_ids, window_starts)
         SELECT $6, c.id, $7, $5::text[],
                (SELECT array_agg(window_start ORDER BY array_position($5::text[], budget_id)) FROM paid)
           FROM counted c)
-    SELECT c.*, p.starts AS lease_window_starts
+    SELECT c.*, p.*
       FROM counted c,
-           (SELECT array_agg(window_start ORDER BY array_position($5::text[], budget_id)) AS starts FROM paid) p
-     WHERE CASE WHEN c.budget_id IS DISTINCT FROM $4 OR coalesce(cardinality(p.starts), 0) < cardinality($5::text[])
+           (SELECT array_agg(window_start ORDER BY array_position($5::text[], budget_id)) AS lease_window_starts{ROOM}
+              FROM paid) p
+     WHERE CASE WHEN c.budget_id IS DISTINCT FROM $4 OR coalesce(cardinality(p.lease_window_starts), 0)
+                                                       < cardinality($5::text[])
                 THEN taskgate_abort('a budget lease of the chain cannot pay') ELSE true END
 """
 #: The lease of the only budget of the chain, in the window of ``$3``.
@@ -230,24 +232,25 @@ _FIRST_SIGHT = """
            AND l.expires_at > now()
          ORDER BY b.depth FOR UPDATE OF l),
     paid AS (
-        UPDATE budget_leases l SET spent = l.spent + 1 FROM mine, up b
-         WHERE l.holder = $2 AND l.budget_id = b.id
+        UPDATE budget_leases l SET spent = l.spent + 1 FROM mine, up b, budget_windows w
+         WHERE l.holder = $2 AND l.budget_id = b.id AND w.budget_id = l.budget_id AND w.window_start = l.window_start
            AND l.budget_id = mine.budget_id AND l.window_start = mine.window_start
            AND {PAYS}
-        RETURNING l.budget_id, l.window_start),
+        RETURNING l.budget_id, l.window_start{ROOM_RETURNING}),
     logged AS (
         INSERT INTO admissions (key, task_id, request_id, budget_ids, window_starts)
         SELECT $4, c.id, $5, (SELECT array_agg(id ORDER BY depth) FROM up),
                (SELECT array_agg(p.window_start ORDER BY u.depth) FROM paid p JOIN up u ON u.id = p.budget_id)
           FROM counted c)
-    SELECT c.*, (SELECT array_agg(id ORDER BY depth) FROM up) AS lease_chain,
-           (SELECT array_agg(p.window_start ORDER BY u.depth) FROM paid p JOIN up u ON u.id = p.budget_id)
-           AS lease_window_starts
-      FROM counted c
+    SELECT c.*, (SELECT array_agg(id ORDER BY depth) FROM up) AS lease_chain, r.*
+      FROM counted c,
+           (SELECT array_agg(window_start ORDER BY room_depth) AS lease_window_starts{ROOM_DEPTH} FROM paid) r
      WHERE CASE WHEN (SELECT count(*) FROM paid) < (SELECT count(*) FROM up)
                 THEN taskgate_abort('a budget lease of the chain cannot pay') ELSE true END
 """
-_RULE = {"ADMISSIBLE": ADMISSIBLE, "COUNT_REQUEST": COUNT_REQUEST, "PAYS": _PAYS}
+_RULE = {"ADMISSIBLE": ADMISSIBLE, "COUNT_REQUEST": COUNT_REQUEST, "PAYS": _PAYS, "ROOM_RETURNING": room.ROOM_RETURNING,
+         "ROOM": room.ROOM_ARRAYS.format(order="array_position($5::text[], budget_id)"),
+         "ROOM_DEPTH": room.ROOM_ARRAYS.format(order="room_depth")}
 FIRST_BY_TOKEN = _FIRST_SIGHT.format(column="token_hash", **_RULE)
 FIRST_BY_ID = _FIRST_SIGHT.format(column="id", **_RULE)
 #: :data:`_FAST` by token and by id, for a chain of one budget and for a longer one.
@@ -295,13 +298,15 @@ class NeedsLease(Exception):
 
 
 async def spend(conn: asyncpg.Connection, holder: str, task_id: str, budgets: Sequence[dict[str, Any]],
-                at: datetime) -> None:
+                at: datetime) -> room.Room | None:
     """Spend one request (of ``task_id``) from the holder's lease of each window of the
-    chain; raises :class:`NeedsLease` when one cannot pay (the caller's transaction must
-    roll back: the leases that did pay were charged in it)."""
+    chain; the chain's room after it (:mod:`app.budgets.room`). Raises :class:`NeedsLease`
+    when one cannot pay (the caller's transaction must roll back: the leases that did pay
+    were charged in it)."""
     paid = await conn.fetch(SPEND, holder, at, [b["id"] for b in budgets])
     if len(paid) != len(budgets):
         raise NeedsLease(holder, task_id, budgets, at)
+    return room.of_spend_rows(paid)
 
 
 _chains: dict[str, tuple[str, ...]] = {}

@@ -44,8 +44,9 @@ import asyncpg
 
 from app import events
 from app.admission.ceiling import Decision
-from app.budgets import escrow, pause, windows
+from app.budgets import escrow, pause, room, windows
 from app.budgets.escrow import NeedsLease, WindowKey
+from app.budgets.room import Room
 from app.budgets.escrow import budgeted, remember
 from app.budgets.fast_path import fast_admit
 from app.budgets.escrow import slot as lease_slot
@@ -97,6 +98,7 @@ class Reserved:
     verdict: Verdict
     windows: tuple[WindowKey, ...] = ()
     refused: WindowKey | None = None  # the window of the budget that held or refused it
+    room: Room | None = None  # what the chain has left once this request is counted (app.budgets.room)
 
 
 async def chain(conn: asyncpg.Connection, budget_id: str, task_id: str | None = None) -> list[dict[str, Any]]:
@@ -128,14 +130,14 @@ async def reserve(conn: asyncpg.Connection, holder: str, task_id: str, budgets: 
     pay (roll back, :func:`take`, admit again)."""
     keys = [(b["id"], windows.span(b["window"], b["timezone"], at).start) for b in budgets]
     if not needs_dollars(budgets):
-        await escrow.spend(conn, holder, task_id, budgets, at)
-        return Reserved(Verdict(Decision.ADMIT), tuple(keys))
+        left = await escrow.spend(conn, holder, task_id, budgets, at)
+        return Reserved(Verdict(Decision.ADMIT), tuple(keys), room=left)
     keys, rows = await escrow.lock_windows(conn, budgets, at)
     verdict = await escrow.decide(conn, budgets, keys, rows, worst_usd)
     if verdict.decision is not Decision.ADMIT:
         return Reserved(verdict, refused=next(k for k in keys if k[0] == verdict.budget_id))
     await conn.execute(_RESERVE, [k[0] for k in keys], [k[1] for k in keys], worst_usd)
-    return Reserved(verdict, tuple(keys))
+    return Reserved(verdict, tuple(keys), room=room.of_locked(budgets, rows, worst_usd))
 
 
 async def take(conn: asyncpg.Connection, need: NeedsLease,

@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 import click
 
 from app.budgets.keys import RUN_NAME_PATTERN, is_budget_key
-from app.cli.client import AdminError, connect, default_url
+from app.cli.client import AdminClient, AdminError, connect, default_url
 from app.cli.tasks import limit_options, limits_body
 from app.proxy.run_path import PREFIX as RUN_PATH
 from app.settings import Settings
@@ -85,6 +85,38 @@ def outcome_lines(task: dict[str, Any]) -> list[str]:
             lines.append(f"taskgate: {task['stop_message']}")
         return lines
     return [f"taskgate: task {task['id']} active; {counters}"]
+
+
+def remaining_line(task: dict[str, Any], chain: list[dict[str, Any]]) -> str:
+    """What the task may still spend, as the ``x-taskgate-remaining-*`` headers say it: the
+    least of the task's own room and each budget's of ``chain`` (admin API bodies) in its
+    current window, and when the tightest budget's window resets."""
+    def least(values: list[Any]) -> Any:
+        present = [v for v in values if v is not None]
+        return max(0, min(present)) if present else None
+
+    def left(limit: Any, used: Any) -> Any:
+        return None if limit is None else limit - used
+
+    requests = least([task["request_limit"] - task["admitted_requests"]]
+                     + [left(b["request_limit"], b["current"]["admitted_requests"]) for b in chain])
+    tokens = least([left(task["token_limit"], task["total_tokens"])]
+                   + [left(b["token_limit"], b["current"]["total_tokens"]) for b in chain])
+    usd = least([left(task.get("cost_limit_usd"), task.get("cost_usd", 0) + task.get("reserved_usd", 0))]
+                + [left(b["cost_limit_usd"], b["current"]["cost_usd"] + b["current"]["reserved_usd"]) for b in chain])
+    parts = [f"{requests} requests"] + ([f"{tokens} tokens"] if tokens is not None else []) \
+        + ([f"${usd:.2f}"] if usd is not None else [])
+    resets = sorted(b["current"]["resets_at"] for b in chain if b["current"].get("resets_at"))
+    return "taskgate: remaining " + ", ".join(parts) + (f"; budget window resets at {resets[0]}" if resets else "")
+
+
+def _chain(api: AdminClient, budget_id: str | None) -> list[dict[str, Any]]:
+    """The task's budget and its ancestors (admin API bodies), at most 4."""
+    chain: list[dict[str, Any]] = []
+    while budget_id is not None and len(chain) < 4:
+        chain.append(api.request("GET", f"/admin/budgets/{budget_id}"))
+        budget_id = chain[-1].get("parent")
+    return chain
 
 
 def _start(command: tuple[str, ...], env: dict[str, str]) -> int:
@@ -169,6 +201,7 @@ def run(task_id: str | None, budget: str | None, key: str | None, run_name: str 
         stopped = outcome["status"] == "stopped"
         for line in outcome_lines(outcome):
             click.echo(line, err=True)
+        click.echo(remaining_line(outcome, _chain(api, outcome.get("budget"))), err=True)
     except AdminError as exc:
         click.echo(f"taskgate: cannot read task {task['id']}: {exc}", err=True)
     sys.exit(STOPPED_EXIT_STATUS if stopped else code if code >= 0 else 128 - code)

@@ -120,6 +120,13 @@ class RelayResponse(Response):
 
     #: Drop usage-only chat chunks the gateway asked for (:mod:`app.proxy.usage_chunk`).
     hide_usage: bool = False
+    #: taskgate's own response headers (the remaining allowance, :mod:`app.budgets.room`).
+    own_headers: list[tuple[bytes, bytes]] = []
+
+    def adding_headers(self, headers: list[tuple[bytes, bytes]]) -> "RelayResponse":
+        """Send ``headers`` with the response's start (raw ASGI pairs)."""
+        self.own_headers = headers
+        return self
 
     def hiding_usage(self, hide: bool) -> "RelayResponse":
         """Hide the usage-only chunk of a stream whose usage the gateway asked for."""
@@ -334,6 +341,7 @@ class RelayResponse(Response):
 
     async def _send_start(self, send: Send, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.status_code = status
+        headers = [*headers, *self.own_headers] if self.own_headers else headers
         if self.request_id is not None:
             headers = with_id(headers, self.request_id)
         await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -41,7 +41,7 @@ from app.admission.admission import admit, authenticate
 from app.admission.charge import charge_for
 from app.admission.tokens import token_hash
 from app.app_state import AppState, app_state
-from app.budgets import runs
+from app.budgets import room, runs
 from app.budgets.keys import is_budget_key, run_id
 from app.config.schema import Provider
 from app.errors import CLOSE, GatewayError, render_error, wire_status
@@ -221,6 +221,7 @@ async def proxy_post(request: Request) -> Response:
     reservation, price, add_usage, charge = Decimal(0), None, False, None  # free endpoints cost nothing
     held: int | None = None
     budget_windows: tuple = ()
+    budget_room = None
     admission_key = None  # its admission log row (app.db.commits): settled once
     if endpoint.kind != endpoints.FREE:
         charge = charge_for(route, body, payload, embeddings=path == "/v1/embeddings", what=f"POST {path}",
@@ -236,7 +237,7 @@ async def proxy_post(request: Request) -> Response:
         task, policy = admitted.task, admitted.policy
         reservation, price = admitted.reservation_usd, route.price if route else None
         held = admitted.reservation_id
-        budget_windows = admitted.budget_windows
+        budget_windows, budget_room = admitted.budget_windows, admitted.budget_room
         admission_key = admitted.key
         notice = await notice_for(pool, settings, task, admitted.verdict, conv_key)
         add_usage = needs_usage(fmt, path, payload, task, settings.stream_usage)
@@ -263,7 +264,8 @@ async def proxy_post(request: Request) -> Response:
         on_finish=slot.releasing(accounting), endpoint=path, model=model,
         monitor=OutputMonitor(policy.repeated_output) if guarded else None,
         verdict=accounting if guarded else None,  # judged before the last byte (app.proxy.verdict)
-    ).track(state.open_requests, task.id).redacting(state.redactor).hiding_usage(add_usage)
+    ).track(state.open_requests, task.id).redacting(state.redactor).hiding_usage(add_usage).adding_headers(
+        room.headers(room.of_task(task), budget_room) if endpoint.kind != endpoints.FREE else [])
 
 
 def _forwarded_body(fmt: WireFormat, body: bytes, payload: dict[str, Any], notice: str | None,
