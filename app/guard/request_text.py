@@ -23,12 +23,10 @@ latency, never another task's.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 from app.guard.fingerprint import conversation_key
-from app.guard.result_prints import INLINE_BYTES
+from app.guard.result_prints import off_loop_when_large
 from app.guard.text_actions import TextAction, extract
 from app.guard.text_conventions import seed_without_scratchpad
 from app.guard.text_turns import Turn
@@ -36,14 +34,6 @@ from app.guard.text_turns import Turn
 #: Characters of a conversation seed read (its start): ~256 K, about four times the
 #: longest agent system prompt seen in captures plus a first message.
 SEED_CHARS = 262_144
-
-_T = TypeVar("_T")
-
-
-async def _sized(work: Callable[[], _T], chars: int) -> _T:
-    """``work()`` here when ``chars`` is at most :data:`INLINE_BYTES`, else in a worker thread."""
-    return work() if chars <= INLINE_BYTES else await asyncio.to_thread(work)
-
 
 async def conversation_key_of(session: str | None, seed: str, text_actions: bool) -> str:
     """The conversation key (:func:`app.guard.fingerprint.conversation_key`, at most 34
@@ -54,11 +44,11 @@ async def conversation_key_of(session: str | None, seed: str, text_actions: bool
         return conversation_key(session, "")
     start = seed[:SEED_CHARS]
     if text_actions and "Action" in start:  # the scratchpad's marker: no pattern runs without it
-        start = await _sized(lambda: seed_without_scratchpad(start), len(start))
+        start = await off_loop_when_large(lambda: seed_without_scratchpad(start), len(start))
     return conversation_key(None, start)
 
 
 async def text_actions_of(turns: Sequence[Turn], scope: str) -> list[TextAction]:
     """:func:`app.guard.text_actions.extract` of a history's tail (``scope``: the
     conversation key), in a worker thread when the tail's text is large. Never raises."""
-    return await _sized(lambda: extract(turns, scope), sum(len(t.text) for t in turns))
+    return await off_loop_when_large(lambda: extract(turns, scope), sum(len(t.text) for t in turns))

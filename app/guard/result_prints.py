@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TypeVar
 
 from app.db.bounds import ledger_text
 from app.guard.fingerprint import (
@@ -47,6 +48,7 @@ from app.wire.base import ToolCall, ToolResult
 #: Results totalling more UTF-8 bytes than this (with the tool calls' arguments) are
 #: fingerprinted in a worker thread; RE2 and SHA-256 release the GIL while they run.
 INLINE_BYTES = 32 * 1024
+_T = TypeVar("_T")
 #: Prefix of the hashed material of a result longer than the scan bound.
 BOUNDED_PREFIX = "bounded:"
 
@@ -156,9 +158,14 @@ def _size(calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> int:
                                                      if isinstance(c.arguments, str))
 
 
+async def off_loop_when_large(work: Callable[[], _T], chars: int) -> _T:
+    """``work()`` here when ``chars`` (the characters it reads) is at most
+    :data:`INLINE_BYTES`, else in a worker thread: the guard's one rule for what may run
+    on the event loop."""
+    return work() if chars <= INLINE_BYTES else await asyncio.to_thread(work)
+
+
 async def fingerprints_off_loop(calls: Sequence[ToolCall], results: Sequence[ToolResult],
                                 config: PrintConfig) -> RequestPrints:
     """:func:`fingerprints`, in a worker thread when the input exceeds :data:`INLINE_BYTES`."""
-    if _size(calls, results) <= INLINE_BYTES:
-        return fingerprints(calls, results, config)
-    return await asyncio.to_thread(fingerprints, calls, results, config)
+    return await off_loop_when_large(lambda: fingerprints(calls, results, config), _size(calls, results))
