@@ -69,7 +69,7 @@ def budgets_table(budgets: list[dict]) -> Table:
         cur = b["current"]
         table.add_row(b["id"] + (" (paused)" if b.get("paused_at") else ""), b.get("parent") or "", b.get("window") or "lifetime",
                       _of(cur["admitted_requests"], b["request_limit"]), _of(cur["total_tokens"], b["token_limit"]),
-                      _cost(cur, b["cost_limit_usd"]), str(cur.get("resets_at") or "-")[:19].replace("T", " "))
+                      _cost(cur, b["cost_limit_usd"]), render.when(cur.get("resets_at")) or "-")
     return table
 
 
@@ -87,7 +87,7 @@ def show_budget(b: dict) -> None:
     table.add_row("warnings", (", ".join(f"{t:g} %" for t in b.get("thresholds") or []) or "none")
                   + (f"; crossed this window: {crossed}" if crossed else ""))
     if b.get("paused_at"):
-        table.add_row("[bold red]paused[/bold red]", f"since {_when(b['paused_at'])} by {b.get('paused_by')}: "
+        table.add_row("[bold red]paused[/bold red]", f"since {render.when(b['paused_at'])} by {b.get('paused_by')}: "
                       f"{b.get('paused_reason')} (every task under it is refused)")
     if b.get("children"):
         table.add_row("nested", ", ".join(b["children"]))
@@ -96,13 +96,9 @@ def show_budget(b: dict) -> None:
         past = Table("window start", "requests", "tokens", "dollars", box=None, header_style="bold",
                      title="past windows")
         for w in b["windows"]:
-            past.add_row(str(w["window_start"])[:19].replace("T", " "), str(w["admitted_requests"]),
+            past.add_row(render.when(w["window_start"]), str(w["admitted_requests"]),
                          str(w["total_tokens"]), dollars(w["cost_usd"]))
         render.out.print(past)
-
-
-def _when(at: Any) -> str:
-    return str(at or "")[:19].replace("T", " ")
 
 
 @click.group()
@@ -185,8 +181,8 @@ def keys(api: AdminClient, as_json: bool, budget_id: str) -> None:
         return
     table = Table("id", "created", "revoked", "template", box=None, header_style="bold")
     for k in rows:
-        table.add_row(k["id"], str(k["created_at"])[:19].replace("T", " "),
-                      str(k.get("revoked_at") or "")[:19].replace("T", " "),
+        table.add_row(k["id"], render.when(k["created_at"]),
+                      render.when(k.get("revoked_at")),
                       ", ".join(f"{name}={value}" for name, value in k["template"].items()))
     render.print_wide(table)
 
@@ -256,6 +252,6 @@ def events(api: AdminClient, as_json: bool, budget_id: str) -> None:
         return
     table = Table("#", "when", "kind", "reason", "detail", box=None, header_style="bold")
     for n, e in enumerate(rows, start=1):
-        table.add_row(str(n), _when(e["created_at"]), e["kind"], e.get("reason") or "",
+        table.add_row(str(n), render.when(e["created_at"]), e["kind"], e.get("reason") or "",
                       ", ".join(f"{k}={v}" for k, v in e["detail"].items()))
     render.print_wide(table)

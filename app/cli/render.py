@@ -18,6 +18,11 @@ def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str))
 
 
+def when(at: Any) -> str:
+    """A timestamp as ``YYYY-MM-DD HH:MM:SS`` (``""`` for none)."""
+    return str(at or "")[:19].replace("T", " ")
+
+
 def of(used: Any, limit: Any) -> str:
     return f"{used} / {limit}" if limit is not None else f"{used}"
 
@@ -116,7 +121,7 @@ def events_table(events: list[dict]) -> Table:
     each event's id)."""
     table = Table("#", "time", "kind", "reason", "what happened", box=None, header_style="bold")
     for n, e in enumerate(events, 1):
-        table.add_row(str(n), str(e["created_at"])[:19].replace("T", " "), e["kind"],
+        table.add_row(str(n), when(e["created_at"]), e["kind"],
                       e.get("reason") or "", e.get("message") or json.dumps(e.get("detail") or {}))
     return table
 
