@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.wire.base import ProviderKind  # the provider API a wire format speaks
 
@@ -52,35 +53,6 @@ class Price(_Strict):
         return 2 * self.input_per_mtok if self.cache_write_1h_per_mtok is None else self.cache_write_1h_per_mtok
 
 
-class Provider(_Strict):
-    """One upstream provider.
-
-    ``kind`` is the wire format it speaks: ``openai`` (chat completions, completions,
-    Responses, embeddings, models) or ``anthropic`` (messages, messages/count_tokens,
-    models). ``base_url`` for ``openai`` ends in its version segment
-    (``https://api.openai.com/v1``); for ``anthropic`` it is the host
-    (``https://api.anthropic.com``). ``api_key`` is sent as ``Authorization: Bearer``
-    (openai) or ``x-api-key`` (anthropic); ``headers`` are added to every request.
-    ``list_models``: include the provider's own ``GET /models`` list in the gateway's.
-    """
-
-    kind: ProviderKind
-    base_url: str
-    api_key: str | None = None
-    headers: dict[str, str] = Field(default_factory=dict)
-    list_models: bool = False
-
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, v: str) -> str:
-        return http_url(v)
-
-    @field_validator("headers")
-    @classmethod
-    def _header_names(cls, v: dict[str, str]) -> dict[str, str]:
-        return header_values(v)
-
-
 def http_url(v: str) -> str:
     """``v`` without a trailing ``/``; ``ValueError`` unless it is an http(s) URL."""
     if not re.match(r"^https?://[^/\s]+", v):
@@ -97,6 +69,32 @@ def header_values(v: dict[str, str]) -> dict[str, str]:
         if any(c in value for c in "\r\n\0"):
             raise ValueError(f"the value of {name!r} contains a line break or NUL")
     return {name.lower(): value for name, value in v.items()}
+
+
+#: An upstream's http(s) URL (a provider's ``base_url``, an MCP server's ``url``).
+HttpUrl = Annotated[str, AfterValidator(http_url)]
+#: Headers sent upstream, checked by :func:`header_values`.
+UpstreamHeaders = Annotated[dict[str, str], AfterValidator(header_values)]
+
+
+class Provider(_Strict):
+    """One upstream provider.
+
+    ``kind`` is the wire format it speaks: ``openai`` (chat completions, completions,
+    Responses, embeddings, models) or ``anthropic`` (messages, messages/count_tokens,
+    models). ``base_url`` for ``openai`` ends in its version segment
+    (``https://api.openai.com/v1``); for ``anthropic`` it is the host
+    (``https://api.anthropic.com``). ``api_key`` is sent as ``Authorization: Bearer``
+    (openai) or ``x-api-key`` (anthropic); ``headers`` are added to every request.
+    ``list_models``: include the provider's own ``GET /models`` list in the gateway's.
+    """
+
+    kind: ProviderKind
+    base_url: HttpUrl
+    api_key: str | None = None
+    headers: UpstreamHeaders = Field(default_factory=dict)
+    list_models: bool = False
+
 
 
 class ModelRoute(_Strict):
@@ -148,8 +146,8 @@ class McpServer(_Strict):
     """
 
     name: str
-    url: str
-    headers: dict[str, str] = Field(default_factory=dict)
+    url: HttpUrl
+    headers: UpstreamHeaders = Field(default_factory=dict)
     timeout_s: float = Field(default=300.0, gt=0, le=86_400, allow_inf_nan=False)
     tools: dict[str, McpTool] = Field(default_factory=dict)
 
@@ -160,15 +158,6 @@ class McpServer(_Strict):
             raise ValueError(f"must match {PROVIDER_NAME.pattern}")
         return v
 
-    @field_validator("url")
-    @classmethod
-    def _http_url(cls, v: str) -> str:
-        return http_url(v)
-
-    @field_validator("headers")
-    @classmethod
-    def _header_names(cls, v: dict[str, str]) -> dict[str, str]:
-        return header_values(v)
 
     def tool_timeout_s(self, tool: str) -> float:
         """Seconds a ``tools/call`` of ``tool`` may take."""
