@@ -16,7 +16,9 @@ import re
 import secrets
 import time
 from contextvars import ContextVar
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 #: The current request's id; ``None`` outside a request.
 REQUEST_ID: ContextVar[str | None] = ContextVar("taskgate_request_id", default=None)
@@ -41,11 +43,11 @@ class RequestIdMiddleware:
     with ``access_log`` one ``app.access`` line per request (method, path without
     query, status, duration in ms, request id; never headers or bodies)."""
 
-    def __init__(self, app: Callable, access_log: bool = False) -> None:
+    def __init__(self, app: ASGIApp, access_log: bool = False) -> None:
         self.app = app
         self.access_log = access_log
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -55,7 +57,7 @@ class RequestIdMiddleware:
         status = 0
         t0 = time.perf_counter()
 
-        async def send_with_id(message: Any) -> None:
+        async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]

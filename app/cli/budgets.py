@@ -16,11 +16,11 @@ from rich.table import Column, Table
 
 from app.admission.cost import dollars
 from app.cli import render
-from app.cli.client import AdminClient
-from app.cli.tasks import OptionalNumber, admin_command, limit_options, limits_body
+from app.cli.client import AdminClient, JsonObject
+from app.cli.tasks import Command, OptionalNumber, admin_command, limit_options, limits_body
 
 
-def _limit_options(fn: Any) -> Any:
+def _limit_options(fn: Command) -> Command:
     for name, kind, help_ in reversed((
         ("--request-limit", int, "Admitted requests per window."),
         ("--token-limit", int, "Input + output tokens per window."),
@@ -57,12 +57,12 @@ def _of(used: Any, limit: Any) -> str:
     return f"{used} / {limit}" if limit is not None else str(used)
 
 
-def _cost(spend: dict, limit: Any) -> str:
+def _cost(spend: JsonObject, limit: Any) -> str:
     text = dollars(spend["cost_usd"]) + (f" / {dollars(limit)}" if limit is not None else "")
     return text + (f" (+{dollars(spend['reserved_usd'])} reserved)" if spend["reserved_usd"] else "")
 
 
-def budgets_table(budgets: list[dict]) -> Table:
+def budgets_table(budgets: list[JsonObject]) -> Table:
     table = Table(Column("id", no_wrap=True), "parent", "window", "requests", "tokens", "dollars", "resets at",
                   box=None, header_style="bold")
     for b in budgets:
@@ -73,7 +73,7 @@ def budgets_table(budgets: list[dict]) -> Table:
     return table
 
 
-def show_budget(b: dict) -> None:
+def show_budget(b: JsonObject) -> None:
     render.out.print(f"[bold]{b['id']}[/bold]  {b.get('window') or 'lifetime'} window ({b['timezone']})"
                      + (f", in {b['parent']}" if b.get("parent") else ""))
     table = Table(box=None, show_header=False)

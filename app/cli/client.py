@@ -19,6 +19,9 @@ import httpx
 from app.console.admin_token import FILE_NAME
 from app.settings import Settings
 
+#: A JSON object as the admin API answers it (decoded by httpx): field names to values.
+JsonObject = dict[str, Any]
+
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0"}
 
 
@@ -72,35 +75,51 @@ class AdminClient:
             raise AdminError(error_message(r))
         return r.json() if r.content else None
 
-    def tasks(self, status: str | None = None, limit: int = 100, budget: str | None = None) -> list[dict]:
+    def json_object(self, method: str, path: str, **kwargs: Any) -> JsonObject:
+        """:meth:`request` for an answer that is one JSON object; :class:`AdminError`
+        for any other answer."""
+        body = self.request(method, path, **kwargs)
+        if not isinstance(body, dict):
+            raise AdminError(f"{method} {path}: expected a JSON object, got {type(body).__name__}")
+        return body
+
+    def json_rows(self, path: str, **kwargs: Any) -> list[JsonObject]:
+        """The ``data`` list of a ``GET`` answer (``{"data": [...]}``); :class:`AdminError`
+        for any other answer."""
+        data = self.json_object("GET", path, **kwargs).get("data")
+        if not isinstance(data, list) or not all(isinstance(row, dict) for row in data):
+            raise AdminError(f"GET {path}: expected a list of objects in 'data'")
+        return data
+
+    def tasks(self, status: str | None = None, limit: int = 100, budget: str | None = None) -> list[JsonObject]:
         params: dict[str, Any] = {"limit": limit}
         if status:
             params["status"] = status
         if budget:
             params["budget"] = budget
-        return self.request("GET", "/admin/tasks", params=params)["data"]
+        return self.json_rows("/admin/tasks", params=params)
 
-    def task(self, task_id: str) -> dict:
-        return self.request("GET", f"/admin/tasks/{task_id}")
+    def task(self, task_id: str) -> JsonObject:
+        return self.json_object("GET", f"/admin/tasks/{task_id}")
 
-    def create(self, body: dict) -> dict:
-        return self.request("POST", "/admin/tasks", json=body)
+    def create(self, body: JsonObject) -> JsonObject:
+        return self.json_object("POST", "/admin/tasks", json=body)
 
-    def update(self, task_id: str, body: dict) -> dict:
-        return self.request("PATCH", f"/admin/tasks/{task_id}", json=body)
+    def update(self, task_id: str, body: JsonObject) -> JsonObject:
+        return self.json_object("PATCH", f"/admin/tasks/{task_id}", json=body)
 
-    def stop(self, task_id: str, reason: str, message: str | None) -> dict:
-        return self.request("POST", f"/admin/tasks/{task_id}/stop",
-                            json={"reason": reason, "message": message})
+    def stop(self, task_id: str, reason: str, message: str | None) -> JsonObject:
+        return self.json_object("POST", f"/admin/tasks/{task_id}/stop",
+                                 json={"reason": reason, "message": message})
 
-    def resume(self, task_id: str, reason: str) -> dict:
-        return self.request("POST", f"/admin/tasks/{task_id}/resume", json={"reason": reason})
+    def resume(self, task_id: str, reason: str) -> JsonObject:
+        return self.json_object("POST", f"/admin/tasks/{task_id}/resume", json={"reason": reason})
 
-    def events(self, task_id: str) -> list[dict]:
-        return self.request("GET", f"/admin/tasks/{task_id}/events")["data"]
+    def events(self, task_id: str) -> list[JsonObject]:
+        return self.json_rows(f"/admin/tasks/{task_id}/events")
 
-    def tool_calls(self, task_id: str) -> dict:
-        return self.request("GET", f"/admin/tasks/{task_id}/tool-calls")
+    def tool_calls(self, task_id: str) -> JsonObject:
+        return self.json_object("GET", f"/admin/tasks/{task_id}/tool-calls")
 
     def delete(self, task_id: str) -> None:
         self.request("DELETE", f"/admin/tasks/{task_id}")

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from app.admission.cost import dollars
+from app.cli.client import JsonObject
 
 out = Console(highlight=False, soft_wrap=True)
 
@@ -27,7 +28,7 @@ def of(used: Any, limit: Any) -> str:
     return f"{used} / {limit}" if limit is not None else f"{used}"
 
 
-def tokens_text(t: dict) -> str:
+def tokens_text(t: JsonObject) -> str:
     """A task's tokens: ``unknown`` when upstream reported none for some answers (with
     ``TASKGATE_STREAM_USAGE=false``, a streamed chat completion that did not ask)."""
     total, unknown = t["total_tokens"], t.get("unmetered_responses") or 0
@@ -36,7 +37,7 @@ def tokens_text(t: dict) -> str:
     return "unknown" if total == 0 else f"{total} + unknown"
 
 
-def cost_text(t: dict) -> str:
+def cost_text(t: JsonObject) -> str:
     """``$0.78 of $5.00 spent, $1.20 reserved`` (``-`` for a task without dollars)."""
     limit = t.get("cost_limit_usd")
     if limit is None and not t.get("cost_usd") and not t.get("reserved_usd"):
@@ -45,7 +46,7 @@ def cost_text(t: dict) -> str:
             + f" spent, {dollars(t.get('reserved_usd'))} reserved")
 
 
-def cost_cell(t: dict) -> str:
+def cost_cell(t: JsonObject) -> str:
     """The tasks list's dollars: ``$0.78/$5.00 +$1.20`` (spent / ceiling + reserved)."""
     if cost_text(t) == "-":
         return "-"
@@ -69,12 +70,12 @@ def print_wide(table: Table) -> None:
     Console(highlight=False, soft_wrap=True, width=width).print(table)
 
 
-def print_tasks(tasks: list[dict]) -> None:
+def print_tasks(tasks: list[JsonObject]) -> None:
     """The tasks list (:func:`print_wide`)."""
     print_wide(tasks_table(tasks))
 
 
-def tasks_table(tasks: list[dict]) -> Table:
+def tasks_table(tasks: list[JsonObject]) -> Table:
     table = Table(Column("id", no_wrap=True), "status", "requests", "refused", "tokens", "tool calls",
                   "dollars (spent/ceiling +reserved)", "stop reason", box=None, header_style="bold")
     for t in tasks:
@@ -85,7 +86,7 @@ def tasks_table(tasks: list[dict]) -> Table:
     return table
 
 
-def show_task(t: dict) -> None:
+def show_task(t: JsonObject) -> None:
     status = "[red]stopped[/red]" if t["status"] == "stopped" else "[green]active[/green]"
     out.print(f"[bold]{t['id']}[/bold]  {status}")
     table = Table(box=None, show_header=False)
@@ -116,7 +117,7 @@ def show_task(t: dict) -> None:
         out.print(f"\n{t['stop_message']}")
 
 
-def events_table(events: list[dict]) -> Table:
+def events_table(events: list[JsonObject]) -> Table:
     """The task's history numbered 1, 2, … as the dashboard numbers it (``--json`` keeps
     each event's id)."""
     table = Table("#", "time", "kind", "reason", "what happened", box=None, header_style="bold")
@@ -126,7 +127,7 @@ def events_table(events: list[dict]) -> Table:
     return table
 
 
-def tool_calls_tables(ledger: dict) -> tuple[Table, Table]:
+def tool_calls_tables(ledger: JsonObject) -> tuple[Table, Table]:
     conv = Table("conversation", "tool calls", "verdict", "reason", "count", box=None,
                  header_style="bold", title="conversations")
     for c in ledger["conversations"]:

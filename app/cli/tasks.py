@@ -9,7 +9,7 @@ and exit status 1.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import click
 
@@ -18,15 +18,19 @@ from app.cli.client import AdminClient, AdminError, connect
 from app.cli.help import FullHelpGroup
 
 
-class OptionalNumber(click.ParamType):
-    """A number, or ``none`` to remove a limit."""
+#: A command function the option decorators wrap (click returns it unchanged).
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+class OptionalNumber(click.ParamType[float | str | None]):
+    """A number (``kind``: ``int`` or ``float``), or ``none`` to remove a limit."""
 
     name = "number|none"
 
-    def __init__(self, kind: type) -> None:
+    def __init__(self, kind: type[int] | type[float]) -> None:
         self.kind = kind
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float | str | None:
         if value is None or isinstance(value, (int, float)):
             return value
         if str(value).lower() in ("none", "null", "off"):
@@ -37,7 +41,7 @@ class OptionalNumber(click.ParamType):
             self.fail(f"{value!r} is not a {self.kind.__name__} (or 'none')", param, ctx)
 
 
-def _limit_options(fn: Callable, none_means: str) -> Callable:
+def _limit_options(fn: Command, none_means: str) -> Command:
     """The limit options (units in the names); ``none_means`` says what the value
     ``none`` does."""
     for name, kind, help_ in reversed((
@@ -61,13 +65,13 @@ def _limit_options(fn: Callable, none_means: str) -> Callable:
     return fn
 
 
-def limit_options(fn: Callable) -> Callable:
+def limit_options(fn: Command) -> Command:
     """The limits of a new task (``create``, ``run``): ``none`` sets no limit (the wait for
     reservations: ``TASKGATE_COST_WAIT_S``)."""
     return _limit_options(fn, "Absent or 'none': no limit.")
 
 
-def update_limit_options(fn: Callable) -> Callable:
+def update_limit_options(fn: Command) -> Command:
     """The limits ``update`` changes: ``none`` removes one."""
     return _limit_options(fn, "'none' removes this limit.")
 
@@ -82,7 +86,7 @@ def limits_body(**opts: Any) -> dict[str, Any]:
             if opts.get(o) is not None}
 
 
-def admin_command(fn: Callable) -> Callable:
+def admin_command(fn: Callable[..., None]) -> Callable[..., None]:
     """Adds ``--url`` and ``--json``; turns :class:`AdminError` into a one-line error."""
     @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
     @click.option("--url", envvar="TASKGATE_URL", default=None,

@@ -114,13 +114,14 @@ def _handler(app: Starlette, exc: Exception) -> Handler | None:
         if cls is Exception:
             return None
         if cls in handlers:
-            return handlers[cls]
+            handler: Handler = handlers[cls]  # Starlette types its handlers as Any
+            return handler
     return None
 
 
 async def _server_error(app: Starlette, request: Request, exc: Exception) -> Response:
     """The app's ``Exception`` (or 500) handler's answer; a plain 500 without one."""
-    handler = app.exception_handlers.get(Exception) or app.exception_handlers.get(500)
+    handler: Handler | None = app.exception_handlers.get(Exception) or app.exception_handlers.get(500)
     if handler is None:
         return PlainTextResponse("Internal Server Error", status_code=500)
     return await handler(request, exc)

@@ -43,6 +43,7 @@ from app.admission.tokens import token_hash
 from app.app_state import AppState, app_state
 from app.budgets import room, runs
 from app.budgets.keys import is_budget_key, run_id
+from app.budgets.ledger import WindowKey
 from app.config.schema import Provider
 from app.errors import CLOSE, GatewayError, render_error, wire_status
 from app.guard.ledger import GuardRequest
@@ -220,7 +221,7 @@ async def proxy_post(request: Request) -> Response:
         model = payload["model"]
     reservation, price, add_usage, charge = Decimal(0), None, False, None  # free endpoints cost nothing
     held: int | None = None
-    budget_windows: tuple = ()
+    budget_windows: tuple[WindowKey, ...] = ()
     budget_room = None
     admission_key = None  # its admission log row (app.db.commits): settled once
     if endpoint.kind != endpoints.FREE:
