@@ -1,0 +1,121 @@
+"""The SQL that runs, in one place: the current text of every plpgsql function and the
+named statements the core sends, read once at import from the package's ``.sql`` files.
+
+- ``functions/<name>.sql``: one ``CREATE OR REPLACE FUNCTION <name>(...)`` per file, its
+  body between ``$fn$`` delimiters; :func:`function_text` is the whole statement,
+  :func:`function_body` the body PostgreSQL keeps (``pg_proc.prosrc``). These files are
+  the truth: migration ``0020_sql_home`` created every function from them, and
+  ``tests/test_sql_home.py`` checks that the migrated database holds exactly these
+  bodies, and no ``taskgate_*`` function without a file. The migrations before 0020 keep
+  their own copies as history. **To change a function**: edit its file and add a
+  migration that runs ``op.execute(function_text(name))`` and pins the new body in its
+  ``LOADS = {name: digest}`` (:func:`function_digest`; the test requires the newest pin
+  of every function to match its file: an edited file without such a migration would
+  never reach a database already migrated); a changed signature or return type needs a
+  ``DROP FUNCTION`` first. To add a function, add a file and such a migration. :func:`function_names` is in name order, the order a migration loads them
+  (a ``LANGUAGE sql`` function's body is checked at creation: what it calls must sort
+  first, or be created first).
+- ``<area>.sql``: named statements, each headed ``-- name: <name>`` (names unique across
+  the files); the ``--`` lines right under the header document it and are not sent;
+  :func:`statement` returns the text as sent (asyncpg numbers its parameters ``$1`` ...).
+
+Raises ``KeyError`` for an unknown name; a malformed file fails at import
+(``ValueError``: a duplicate name, a statement without a name, a function file without
+its ``$fn$`` body).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from typing import Final
+
+_DELIMITER: Final = "$fn$"
+_NAME: Final = "-- name:"
+
+
+def _read_functions() -> dict[str, str]:
+    folder = resources.files(__name__).joinpath("functions")
+    texts: dict[str, str] = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".sql"):
+            text = entry.read_text(encoding="utf-8")
+            if text.count(_DELIMITER) != 2:
+                raise ValueError(f"{entry.name}: the body goes between two {_DELIMITER} delimiters")
+            texts[entry.name[:-4]] = text
+    return texts
+
+
+def parse_statements(text: str, source: str = "<text>") -> dict[str, str]:
+    """``{name: statement}`` of a file of named statements (see the module docstring):
+    the statement's lines, less the documenting ``--`` lines under its header and
+    surrounding blank lines, joined by newlines, without a final ``;``."""
+    named: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith(_NAME):
+            name = line[len(_NAME):].strip()
+            if not name or name in named:
+                raise ValueError(f"{source}: statement name {name!r} empty or used twice")
+            current = named[name] = []
+        elif current is None:
+            if line.strip() and not line.startswith("--"):
+                raise ValueError(f"{source}: SQL before the first '{_NAME}' header")
+        elif current or not line.startswith("--"):
+            current.append(line.rstrip())
+    statements = {}
+    for name, lines in named.items():
+        body = "\n".join(lines).strip().removesuffix(";").rstrip()
+        if not body:
+            raise ValueError(f"{source}: statement {name!r} is empty")
+        statements[name] = body
+    return statements
+
+
+def _read_statements() -> dict[str, str]:
+    statements: dict[str, str] = {}
+    for entry in sorted(resources.files(__name__).iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".sql"):
+            for name, body in parse_statements(entry.read_text(encoding="utf-8"), entry.name).items():
+                if name in statements:
+                    raise ValueError(f"{entry.name}: statement name {name!r} used in another file")
+                statements[name] = body
+    return statements
+
+
+_FUNCTIONS: Final = _read_functions()
+_STATEMENTS: Final = _read_statements()
+
+
+def function_names() -> tuple[str, ...]:
+    """Every function with a file, in name order (the order a migration loads them)."""
+    return tuple(_FUNCTIONS)
+
+
+def function_text(name: str) -> str:
+    """The ``CREATE OR REPLACE FUNCTION`` statement of function ``name`` (its file)."""
+    return _FUNCTIONS[name]
+
+
+def function_body(name: str) -> str:
+    """The body of function ``name``: the text between its ``$fn$`` delimiters, as
+    PostgreSQL stores it in ``pg_proc.prosrc``."""
+    return _FUNCTIONS[name].split(_DELIMITER)[1]
+
+
+def function_digest(name: str) -> str:
+    """16 hex digits of the SHA-256 of function ``name``'s body with its whitespace
+    normalised (words joined by one space): what a migration that loads the file pins
+    (``LOADS``), so a test sees a file changed without a migration loading it."""
+    words = " ".join(function_body(name).split())
+    return hashlib.sha256(words.encode("utf-8")).hexdigest()[:16]
+
+
+def statement(name: str) -> str:
+    """The named statement ``name`` (``-- name: <name>`` in one of ``app/db/sql/*.sql``)."""
+    return _STATEMENTS[name]
+
+
+def statement_names() -> tuple[str, ...]:
+    """Every named statement, by file then position."""
+    return tuple(_STATEMENTS)
