@@ -65,16 +65,22 @@ def test_named_statements_parse_as_documented():
 
 
 def _pins() -> dict[str, tuple[str, str]]:
-    """function -> (the newest migration pinning it, its pinned digest)."""
+    """function -> (the newest migration pinning it, its pinned digest), in the chain's order."""
     folder = Path(__file__).resolve().parent.parent / "migrations" / "versions"
-    pins: dict[str, tuple[str, str]] = {}
+    modules = {}
     for path in sorted(folder.glob("0*.py")):
         spec = importlib.util.spec_from_file_location("pins_" + path.stem, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        for name, digest in getattr(module, "LOADS", {}).items():
-            pins[name] = (path.name, digest)
+        modules[module.down_revision] = (path.name, module)
+    pins: dict[str, tuple[str, str]] = {}
+    revision = None
+    while revision in modules:
+        name, module = modules[revision]
+        for function, digest in getattr(module, "LOADS", {}).items():
+            pins[function] = (name, digest)
+        revision = module.revision
     return pins
 
 
