@@ -21,7 +21,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 import httpx
@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class _Gateway:
@@ -76,7 +77,7 @@ def wrapped(line: str) -> str:
     return textwrap.fill(line, width=max(width, 40), subsequent_indent=INDENT, break_on_hyphens=False)
 
 
-def run_demo(max_turns: int = 20, tool_result: str = "", verbose: bool = False) -> dict:
+def run_demo(max_turns: int = 20, tool_result: str = "", verbose: bool = False) -> dict[str, Any]:
     """Run the demo; returns the stopped task as the admin API shows it. Prints the story
     only, unless ``verbose``: then the gateway's log lines (INFO) and the stop's detail too."""
     try:
@@ -125,7 +126,7 @@ def run_demo(max_turns: int = 20, tool_result: str = "", verbose: bool = False) 
                     click.echo(f"turn {turn:2}: model calls {call.function.name}({call.function.arguments}) "
                                f"→ agent runs it → {tool_result!r}")
                     messages.append({"role": "tool", "tool_call_id": call.id, "content": tool_result})
-            stopped = admin.get(f"/admin/tasks/{task['id']}").json()
+            stopped: dict[str, Any] = admin.get(f"/admin/tasks/{task['id']}").json()
             click.echo(f"task {stopped['id']}: status={stopped['status']} stop_reason={stopped['stop_reason']} "
                        f"admitted_requests={stopped['admitted_requests']} tool_calls={stopped['tool_calls']}")
             if verbose:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
-from typing import Annotated
+from decimal import Decimal
+from typing import Annotated, Any, Mapping, Sequence
 
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, BeforeValidator, Field
@@ -191,8 +192,11 @@ def fitted(until: datetime, first: datetime | None) -> datetime | None:
         return first
 
 
-def _fold(rows: list, key: str, value: str, n: int, keep: set[str] | None) -> dict[str, list]:
-    out: dict[str, list] = defaultdict(lambda: [0] * n)
+def _fold(rows: Sequence[Mapping[str, Any]], key: str, value: str, n: int,
+          keep: set[str] | None) -> dict[str, list[int | Decimal]]:
+    """``value`` summed per ``key`` into ``n`` buckets (the rows' ``bucket``), keys not
+    in ``keep`` as ``other``; sums are ``int`` or ``Decimal`` as PostgreSQL gives them."""
+    out: dict[str, list[int | Decimal]] = defaultdict(lambda: [0] * n)
     for r in rows:
         name = r[key] if keep is None or r[key] in keep else "other"
         if 0 <= r["bucket"] < n:

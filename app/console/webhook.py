@@ -126,7 +126,7 @@ class StopWebhook:
         self.backoff_s = settings.stop_webhook_backoff_s
         self.client = httpx.AsyncClient(timeout=settings.stop_webhook_timeout_s, trust_env=False,
                                         follow_redirects=False)
-        self.pending: set[asyncio.Task] = set()
+        self.pending: set[asyncio.Task[None]] = set()
 
     def schedule(self, task_id: str, event_id: int) -> None:
         task = asyncio.get_running_loop().create_task(self._deliver(task_id, event_id))

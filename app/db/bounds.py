@@ -26,8 +26,9 @@ import math
 import re
 from typing import TYPE_CHECKING, Annotated, Any, TypeAlias, Union
 
-from pydantic import AfterValidator, BeforeValidator, Field, StringConstraints, WrapValidator
-from pydantic_core import PydanticCustomError
+from pydantic import AfterValidator, BeforeValidator, Field, GetJsonSchemaHandler, StringConstraints, WrapValidator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
 from typing_extensions import TypeAliasType
 
 INT4_MAX = 2**31 - 1
@@ -158,7 +159,7 @@ class _KeysAsPropertyNames:
     """JSON Schema tweak: pydantic renders a dict with constrained keys as
     ``patternProperties``, which leaves other keys unconstrained; say ``propertyNames``."""
 
-    def __get_pydantic_json_schema__(self, core_schema: Any, handler: Any) -> dict[str, Any]:
+    def __get_pydantic_json_schema__(self, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         schema = handler(core_schema)
         patterns = schema.pop("patternProperties", None)
         if patterns:

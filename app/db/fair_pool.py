@@ -72,7 +72,7 @@ def _pin() -> asyncpg.Connection | None:
     return pin[1] if pin is not None and pin[0] is asyncio.current_task() else None
 
 
-class GuardedConnection(asyncpg.Connection):
+class GuardedConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg is untyped: Any
     """An :class:`asyncpg.Connection` whose statements that may commit are never
     cancelled (see the module docstring). ``statement_timeout_s`` bounds every statement
     (``None``: unbounded); a statement that may commit and runs past it closes the
@@ -162,7 +162,7 @@ def expire_all() -> None:
         task.add_done_callback(_expiring.discard)
 
 
-class FairPool(asyncpg.Pool):
+class FairPool(asyncpg.Pool):  # type: ignore[misc]  # asyncpg is untyped: Any
     """:class:`asyncpg.Pool` with first-come, first-served :meth:`acquire`; build it
     with :func:`create_fair_pool`. Every connection taken by :meth:`acquire` (``async
     with`` or ``await``) is given back by :meth:`release` (which ``async with`` calls)."""

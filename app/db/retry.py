@@ -40,7 +40,7 @@ class Backlog:
     """Records waiting for the database, retried in background tasks."""
 
     def __init__(self) -> None:
-        self.pending: set[asyncio.Task] = set()
+        self.pending: set[asyncio.Task[None]] = set()
         self.recovered = 0
         self.dropped = 0
 

@@ -74,7 +74,7 @@ class Supervisor:
                        self.last_recovery_s)
 
 
-def start(pgdata: Path | None, pool: asyncpg.Pool) -> tuple[Supervisor | None, asyncio.Task | None]:
+def start(pgdata: Path | None, pool: asyncpg.Pool) -> tuple[Supervisor | None, asyncio.Task[None] | None]:
     """Start supervising ``pgdata`` (``None``: an external database, nothing to do)."""
     if pgdata is None:
         return None, None

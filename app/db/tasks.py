@@ -45,7 +45,8 @@ async def add_event(conn: asyncpg.Connection, task_id: str, kind: str, reason: s
     numbers never reach PostgreSQL."""
     if request_id is not None:
         detail = {**(detail or {}), "request_id": request_id}
-    return await conn.fetchval(_EVENT, task_id, kind, storable_json(reason), storable_json(detail or {}))
+    event_id: int = await conn.fetchval(_EVENT, task_id, kind, storable_json(reason), storable_json(detail or {}))
+    return event_id
 
 
 async def set_latch(conn: asyncpg.Connection, task_id: str, reason: str,

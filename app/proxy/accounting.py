@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 import asyncpg
 
@@ -137,7 +137,7 @@ class Accounting:
         answer (it is cut or withheld; one answer draws one strike); ``None``: release
         it. Never raises: a failure is logged, and the answer released."""
         self._recorded = True
-        struck: tuple[str, dict] | None = None
+        struck: tuple[str, dict[str, Any]] | None = None
         try:
             repeated = outcome.detail.get("repeated_output")
             if repeated is not None:
@@ -158,7 +158,7 @@ class Accounting:
         return Ruling(rule, answer_sentence(rule, detail, streamed=self.stream,
                                             window_s=self.settings.strike_window_s))
 
-    async def _judge_rule(self, rule: str, detail: dict) -> bool:
+    async def _judge_rule(self, rule: str, detail: dict[str, Any]) -> bool:
         """Apply ``rule``'s action to the answer (:func:`judge_answer`); whether it
         struck. An unreachable database leaves the write to the backlog (as a latch)."""
         judged = None
@@ -288,7 +288,7 @@ class Accounting:
         for budget_id, cost_usd in spent:
             events.BUDGET_SPENT.emit(events.BudgetSpent(budget_id, cost_usd))
 
-    async def _latch(self, reason: str, detail: dict) -> None:
+    async def _latch(self, reason: str, detail: dict[str, Any]) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
             await task_rows.set_latch(conn, self.task_id, reason, detail, request_id=self.request_id)
 

@@ -101,7 +101,7 @@ class RelayResponse(Response):
         self._body_chunks: AsyncIterator[bytes] | None = None  # a body whose start was sniffed
         self.monitor = monitor  # the answer's text: repeated output, text hash
         self.background = None
-        self._task: asyncio.Task | None = None  # the task running the relay, while it runs
+        self._task: asyncio.Task[None] | None = None  # the task running the relay, while it runs
         self._cancelling = False  # the relay was cancelled by cut() or a client that left
         self._stop: GatewayError | None = None  # set by cut()
         self._stream: StreamRelay | None = None  # a stream's relay, once it started
@@ -211,7 +211,7 @@ class RelayResponse(Response):
             self._cancelling = True
             self._task.cancel()
 
-    def _client_left(self, watch: asyncio.Future) -> None:
+    def _client_left(self, watch: asyncio.Future[None]) -> None:
         """The disconnect watch ended: the client left (unless the watch was cancelled)."""
         if not watch.cancelled() and self._task is not None:
             self.outcome.kind = "disconnected"

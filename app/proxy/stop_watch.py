@@ -219,4 +219,6 @@ class StopWatcher:
 async def _is_direct(conn: asyncpg.Connection) -> bool:
     """Whether ``conn`` is a session of its own on PostgreSQL (not through a pooler):
     a pooler answers the start-up with its own backend key, so the pid differs."""
-    return await conn.fetchval("SELECT pg_backend_pid()") == conn.get_server_pid()
+    pid: int = await conn.fetchval("SELECT pg_backend_pid()")
+    server_pid: int = conn.get_server_pid()
+    return pid == server_pid

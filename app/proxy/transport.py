@@ -59,7 +59,7 @@ def upstream_error(exc: BaseException) -> httpx.TransportError | None:
     return None
 
 
-class RequestHeaders(list):
+class RequestHeaders(list[tuple[str, str]]):
     """A request's headers: ``(name, value)`` text pairs, and ``raw``, the same as
     bytes (as ``httpx.Headers.raw`` gives them)."""
 

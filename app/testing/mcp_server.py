@@ -8,7 +8,6 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from typing import Any
 
 import uvicorn
 
@@ -28,7 +27,7 @@ class McpServerThread:
         from mcp.server.mcpserver import MCPServer
 
         self.calls = 0
-        server: Any = MCPServer("taskgate-demo-tools", log_level="ERROR")  # it configures logging
+        server = MCPServer("taskgate-demo-tools", log_level="ERROR")  # it configures logging
 
         @server.tool()
         def grep(pattern: str, path: str = ".") -> str:
