@@ -127,7 +127,7 @@ def test_no_module_over_400_lines() -> None:
 #: admission's pure rules (the ceiling decision, dollars, tokens).
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("app.wire", "app.db", "app.config", "app.task", "app.errors", "app.request_ids", "app.settings",
-     "app.fault_log", "app.events", "app.client_caps"),
+     "app.fault_log", "app.events", "app.client_caps", "app.stop_reasons"),
     ("app.guard",),
     ("app.admission",),
     ("app.budgets",),

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from app.admission.cost import dollars
 from app.guard.detector import explain
+from app.stop_reasons import StopReason
 from app.task import Task
 
 #: The rule of a one-statement admission, on the task row it counts: active, under its
@@ -30,7 +31,7 @@ COUNT_REQUEST = ("admitted_requests = admitted_requests + 1,"
 
 
 def limit_breach(task: Task, now: datetime,
-                 reservation_usd: Decimal | None = None) -> tuple[str, dict[str, Any]] | None:
+                 reservation_usd: Decimal | None = None) -> tuple[StopReason, dict[str, Any]] | None:
     """Which limit admitting one more request would break, or ``None``.
 
     Returns ``(stop_reason, stop_detail)`` with

@@ -25,14 +25,18 @@ lines and the stop webhook. :func:`subscribe` is called once by
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from app import events
 from app.console import metrics, request_log, webhook
 
+if TYPE_CHECKING:
+    from app.proxy.outcome import OutcomeKind
+
 logger = logging.getLogger("app.console")
 
 #: Relay outcome kinds that are upstream failures (logged at warning).
-_FAILURES = frozenset({"stalled", "truncated", "upstream_unreachable", "upstream_timeout"})
+_FAILURES: frozenset[OutcomeKind] = frozenset({"stalled", "truncated", "upstream_unreachable", "upstream_timeout"})
 
 
 def exchange_started(event: events.ExchangeStarted) -> None:

@@ -23,7 +23,7 @@ import os
 import secrets
 import time
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -42,6 +42,10 @@ from starlette.responses import Response
 from app.config import GatewayConfig
 from app.config.prices import price_table
 from app.errors import GatewayError
+from app.stop_reasons import STOP_REASONS
+
+if TYPE_CHECKING:
+    from app.proxy.outcome import Outcome, OutcomeKind
 
 disable_created_metrics()  # a *_created series beside every counter says nothing useful here
 
@@ -50,21 +54,16 @@ ENDPOINTS = frozenset({
     "/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings", "/v1/messages",
     "/v1/messages/count_tokens", "/v1/responses/input_tokens", "/v1/models",
 })
-#: Label values of ``reason`` (stop reasons); anything else (e.g. an operator's own
-#: stop reason code) is ``other``.
-REASONS = frozenset({
-    "request_limit", "token_limit", "max_duration", "repeated_stalls", "manual",
-    "repeated_tool_call", "tool_call_cycle", "repeated_tool_failure", "tool_call_limit", "cost_limit",
-    "repeated_empty_result", "repeated_response", "repeated_output", "conversation_request_limit",
-    "conversation_tool_call_limit", "conversation_max_duration", "no_progress",
-})
+#: Label values of ``reason``: the gateway's own stop reasons (:data:`app.stop_reasons.StopReason`);
+#: anything else (e.g. an operator's own stop reason code) is ``other``.
+REASONS = STOP_REASONS
 #: Label values of ``rule`` of the strike and note counters (the soft rules).
 SOFT_RULES = frozenset({"repeated_output", "repeated_response", "no_progress"})
 #: Label values of ``code`` of a stream cut.
 CUT_CODES = frozenset({"stream_first_event_timeout", "stream_idle_timeout", "stream_truncated",
                        "stream_event_too_large"})
-#: Relay outcome kind -> ``taskgate_requests_total`` outcome.
-_OUTCOMES = {"completed": "forwarded", "disconnected": "forwarded", "stalled": "upstream_error",
+#: Relay outcome kind -> ``taskgate_requests_total`` outcome (any other: ``upstream_error``).
+_OUTCOMES: dict[OutcomeKind, str] = {"completed": "forwarded", "disconnected": "forwarded", "stalled": "upstream_error",
              "truncated": "upstream_error", "upstream_unreachable": "upstream_error",
              "upstream_timeout": "upstream_error"}
 _LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -196,7 +195,7 @@ def reason_label(reason: str | None) -> str:
     return reason if reason in REASONS else "other"
 
 
-def observe_outcome(outcome: Any, started: float, stream: bool, endpoint_path: str = "",
+def observe_outcome(outcome: Outcome, started: float, stream: bool, endpoint_path: str = "",
                     model: str | None = None, provider: str | None = None,
                     cost_usd: Decimal | None = None) -> None:
     """Count one relayed exchange from its :class:`app.proxy.outcome.Outcome`.

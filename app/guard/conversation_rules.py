@@ -40,16 +40,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 from app.guard.repeated_output import DELIVERED_CUT, DELIVERED_STREAMED, DELIVERED_WHOLE
+from app.stop_reasons import StopReason
 
 DEFAULT_RESPONSE_REPEATS = 5
 
-REASON_CONVERSATION_REQUEST_LIMIT = "conversation_request_limit"
-REASON_CONVERSATION_MAX_DURATION = "conversation_max_duration"
-REASON_REPEATED_RESPONSE = "repeated_response"
-REASON_REPEATED_OUTPUT = "repeated_output"
+REASON_CONVERSATION_REQUEST_LIMIT: Final[StopReason] = "conversation_request_limit"
+REASON_CONVERSATION_MAX_DURATION: Final[StopReason] = "conversation_max_duration"
+REASON_REPEATED_RESPONSE: Final[StopReason] = "repeated_response"
+REASON_REPEATED_OUTPUT: Final[StopReason] = "repeated_output"
 
 #: Where each stop reason is decided, in the order a request meets them.
 PRECEDENCE_NOTE = """\
@@ -76,7 +77,7 @@ class ConversationLimits:
 
 
 def conversation_breach(conversation: Mapping[str, Any] | None, limits: ConversationLimits,
-                        now: datetime) -> tuple[str, dict[str, Any]] | None:
+                        now: datetime) -> tuple[StopReason, dict[str, Any]] | None:
     """Which ceiling admitting one more request of this conversation would break.
 
     ``conversation``: its ``conversations`` row (``requests``, ``first_request_at``),
@@ -105,7 +106,7 @@ def answer_repeats(seen_sha256: str | None, answer_sha256: str) -> bool:
     return seen_sha256 is None or seen_sha256 == answer_sha256
 
 
-def repeated_response(streak: int, repeats: int | None) -> tuple[str, dict[str, Any]] | None:
+def repeated_response(streak: int, repeats: int | None) -> tuple[StopReason, dict[str, Any]] | None:
     """``repeated_response`` when ``streak >= repeats`` (``None`` or 0: rule off)."""
     if not repeats or streak < repeats:
         return None

@@ -60,11 +60,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from app.guard.conversation_rules import explain_conversation
 from app.guard.progress import no_progress_detail, unchanged_reruns
 from app.guard.strike_rules import REASON_NO_PROGRESS
+from app.stop_reasons import StopReason
 
 DEFAULT_IDENTICAL_STREAK = 5
 DEFAULT_CYCLE_REPEATS = 5
@@ -77,14 +78,14 @@ CYCLE_LENGTHS: tuple[int, ...] = (2, 3)
 WINDOW_FACTOR = 4
 MIN_WINDOW = 64
 
-REASON_REPEATED_TOOL_CALL = "repeated_tool_call"
-REASON_TOOL_CALL_CYCLE = "tool_call_cycle"
-REASON_REPEATED_TOOL_FAILURE = "repeated_tool_failure"
-REASON_TOOL_CALL_LIMIT = "tool_call_limit"
-REASON_REPEATED_EMPTY_RESULT = "repeated_empty_result"
-REASON_CONVERSATION_TOOL_CALL_LIMIT = "conversation_tool_call_limit"
+REASON_REPEATED_TOOL_CALL: Final[StopReason] = "repeated_tool_call"
+REASON_TOOL_CALL_CYCLE: Final[StopReason] = "tool_call_cycle"
+REASON_REPEATED_TOOL_FAILURE: Final[StopReason] = "repeated_tool_failure"
+REASON_TOOL_CALL_LIMIT: Final[StopReason] = "tool_call_limit"
+REASON_REPEATED_EMPTY_RESULT: Final[StopReason] = "repeated_empty_result"
+REASON_CONVERSATION_TOOL_CALL_LIMIT: Final[StopReason] = "conversation_tool_call_limit"
 #: Order in which stop reasons win when several rules fire at once.
-STOP_PRECEDENCE: tuple[str, ...] = (
+STOP_PRECEDENCE: tuple[StopReason, ...] = (
     REASON_REPEATED_TOOL_CALL,
     REASON_TOOL_CALL_CYCLE,
     REASON_REPEATED_TOOL_FAILURE,
@@ -197,7 +198,7 @@ class Verdict:
     """
 
     action: Action
-    reason: str | None = None
+    reason: StopReason | None = None
     count: int = 0
     detail: Mapping[str, Any] = field(default_factory=dict)
 
@@ -302,7 +303,7 @@ def _empty_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict |
     return None
 
 
-def _limit_rule(reason: str, calls: int, limit: int | None) -> Verdict | None:
+def _limit_rule(reason: StopReason, calls: int, limit: int | None) -> Verdict | None:
     if limit is None or calls <= limit:
         return None
     return Verdict(Action.STOP, reason, calls, {"count": calls, "threshold": limit})

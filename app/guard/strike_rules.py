@@ -28,7 +28,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Final, Literal
+
+from app.stop_reasons import StopReason
 
 RuleAction = Literal["latch", "strike", "warn"]
 LATCH: RuleAction = "latch"
@@ -36,7 +38,7 @@ STRIKE: RuleAction = "strike"
 WARN: RuleAction = "warn"
 ACTIONS: tuple[RuleAction, ...] = (LATCH, STRIKE, WARN)
 
-REASON_NO_PROGRESS = "no_progress"
+REASON_NO_PROGRESS: Final[StopReason] = "no_progress"
 #: The rules whose action can be chosen, with their default; every other rule latches.
 DEFAULT_ACTIONS: Mapping[str, RuleAction] = {
     "repeated_output": STRIKE,

@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Final, Literal
 
-INFERENCE = "inference"
-FREE = "free"
-EXTRA = "extra"
+#: What an endpoint is (:attr:`Endpoint.kind`), as the module docstring says.
+EndpointKind = Literal["inference", "free", "extra"]
+INFERENCE: Final[EndpointKind] = "inference"
+FREE: Final[EndpointKind] = "free"
+EXTRA: Final[EndpointKind] = "extra"
 
 #: Methods an operator may add (the proxy routes only these).
 METHODS = ("GET", "POST")
@@ -41,7 +44,7 @@ class Endpoint:
 
     method: str
     template: str
-    kind: str
+    kind: EndpointKind
 
     @property
     def segments(self) -> tuple[str, ...]:

@@ -5,9 +5,13 @@ timers and the :class:`Outcome` handed to the ``on_finish`` callback of
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from app.wire.base import ResponseSummary
+from app.wire.base import EndKind, ResponseSummary
+
+#: How an exchange ended (:attr:`Outcome.kind`): a stream's own ends (:data:`EndKind`:
+#: ``stalled``, ``truncated``, ``repeated_output``, ``stopped``, ``struck``) and the rest.
+OutcomeKind = EndKind | Literal["completed", "upstream_unreachable", "upstream_timeout", "disconnected"]
 
 
 @dataclass(slots=True)
@@ -27,15 +31,16 @@ class Watchdog:
 class Outcome:
     """How one relayed exchange ended.
 
-    ``kind``: ``completed`` (terminal event or whole body relayed), ``stalled``,
-    ``truncated`` (stream ended or broke without its terminal event),
+    ``kind`` (:data:`OutcomeKind`): ``completed`` (terminal event or whole body relayed),
+    ``stalled``, ``truncated`` (stream ended or broke without its terminal event),
     ``upstream_unreachable`` (connect error, 502), ``upstream_timeout`` (504),
     ``disconnected`` (the client left), ``stopped`` (cut because the task was
-    latched; ``detail["code"]`` is the stop reason). ``summary`` holds what the response showed
+    latched; ``detail["code"]`` is the stop reason), ``repeated_output`` (the answer kept
+    repeating itself), ``struck`` (a soft rule struck the answer; ``detail["code"]`` is the rule). ``summary`` holds what the response showed
     so far (tool calls, usage). ``detail`` is JSON-ready context for the task history.
     """
 
-    kind: str = "completed"
+    kind: OutcomeKind = "completed"
     status: int | None = None
     summary: ResponseSummary = field(default_factory=ResponseSummary)
     detail: dict[str, Any] = field(default_factory=dict)

@@ -63,7 +63,7 @@ from starlette.types import Receive, Scope, Send
 from app.errors import GatewayError, render_error, wire_status
 from app.guard.repeated_output import DELIVERED_WHOLE, OutputMonitor
 from app.proxy.open_requests import OpenRequests
-from app.proxy.outcome import Outcome, Watchdog
+from app.proxy.outcome import Outcome, OutcomeKind, Watchdog
 from app.proxy.redact import Redactor
 from app.proxy.relay_stream import StreamRelay, watch_text
 from app.proxy.sniff import sniff_stream
@@ -352,6 +352,7 @@ class RelayResponse(Response):
         ``upstream_unreachable`` (``unreachable``) or ``upstream_error`` (the response
         broke off). Recorded in the outcome."""
         name = type(exc).__name__
+        kind: OutcomeKind
         if isinstance(exc, (TimeoutError, httpx.TimeoutException)):
             kind, status, code, message = "upstream_timeout", 504, "upstream_timeout", f"The upstream provider {late}."
         elif unreachable:
