@@ -279,3 +279,6 @@ async def delete_task(task_id: TaskIdPath, request: Request) -> Response:
 from app.admin.stats import router as _stats_router  # noqa: E402 - its routes share this router's prefix and auth
 
 router.include_router(_stats_router)
+from app.admin.spend import router as _spend_router  # noqa: E402 - as the stats routes
+
+router.include_router(_spend_router)

@@ -9,6 +9,8 @@
   the admin API over HTTP (:mod:`app.cli.tasks`).
 - ``taskgate budgets list|show|create|update|delete|keys|key-create|key-revoke``: fleet
   budgets (:mod:`app.cli.budgets`).
+- ``taskgate spend``: dollars, tokens and requests per budget, task, run, model and day,
+  as a table, CSV or JSON lines (:mod:`app.cli.spend`).
 - ``taskgate run [limits] -- <agent command ...>``: run an agent under a new task
   (:mod:`app.cli.run`).
 """
@@ -164,10 +166,12 @@ def _add_console_commands() -> None:
     from app.cli.budgets import budgets
     from app.cli.docs import docs
     from app.cli.run import run
+    from app.cli.spend import spend
     from app.cli.tasks import tasks
 
     main.add_command(tasks)
     main.add_command(budgets)
+    main.add_command(spend)
     main.add_command(run)
     main.add_command(docs)
 

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    Date,
     DateTime,
     Float,
     ForeignKey,
@@ -322,4 +323,22 @@ admissions = Table(
     Column("reconciled_at", DateTime(timezone=True)),
     Column("settled_at", DateTime(timezone=True)),
     Index("ix_admissions_admitted_at", "admitted_at", postgresql_using="brin"),
+)
+
+
+#: What ``GET /admin/spend`` exports (migration 0018, :mod:`app.db.spend`): per task, model
+#: (``''`` unknown) and UTC day, the requests settled with their tokens and dollars,
+#: upserted in the statement that settles a response on its task. ``budget_id``: the
+#: task's. No foreign keys: kept after its task is deleted, never pruned.
+spend_daily = Table(
+    "spend_daily",
+    metadata,
+    Column("day", Date, primary_key=True),
+    Column("task_id", Text, primary_key=True),
+    Column("model", Text, primary_key=True),
+    Column("budget_id", Text),
+    Column("requests", BigInteger, nullable=False, server_default=text("0")),
+    Column("input_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("output_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("cost_usd", Numeric(20, 10), nullable=False, server_default=text("0")),
 )

@@ -37,6 +37,7 @@ import asyncpg
 from app import events
 from app.db import tasks as task_rows
 from app.db.pool import RELAXED_COMMIT
+from app.db.spend import spent
 from app.guard import conversations, known_windows
 from app.guard.conversation_rules import answer_repeats, repeated_response
 from app.guard.detector import MIN_WINDOW, Action, CallRecord, Thresholds, Verdict, detect, window_size
@@ -85,7 +86,8 @@ _USAGE = (
     "   - CASE WHEN $6::bigint IS NULL OR held.n > 0 THEN $5::numeric ELSE 0 END"
     f" FROM {RELAXED_COMMIT}, (SELECT count(*) AS n FROM held) AS held WHERE tasks.id = $1"
 )
-_ADD_USAGE = f"WITH {_HELD} {_USAGE}"
+_TASK = f"WITH {_HELD}, task AS ({_USAGE} RETURNING tasks.id, tasks.budget_id{{more}}), "
+_ADD_USAGE = _TASK.format(more="") + spent("task", model=7, input=2, output=3, cost=4) + " SELECT 1"
 #: The response's tokens and dollars (parameters ``$input``, ``$output``, ``$cost``) into
 #: the one budget window it was admitted in
 #: (``$window`` the budget, ``$start`` the window's start), in the statement that adds
@@ -103,8 +105,8 @@ _IN_WINDOW = (
 #: The settled window's budget and its dollars now, as columns of a statement's row.
 _SETTLED = (", (SELECT budget_id FROM settled) AS settled_budget_id,"
             " (SELECT cost_usd FROM settled) AS settled_cost_usd")
-_ADD_USAGE_IN_WINDOW = (f"WITH {_HELD}, task AS ({_USAGE} RETURNING tasks.id), "
-                        + _IN_WINDOW.format(after="task", input=2, output=3, cost=4, window=7, start=8)
+_ADD_USAGE_IN_WINDOW = (_TASK.format(more="") + spent("task", model=7, input=2, output=3, cost=4) + ", "
+                        + _IN_WINDOW.format(after="task", input=2, output=3, cost=4, window=8, start=9)
                         + " SELECT budget_id AS settled_budget_id, cost_usd AS settled_cost_usd FROM settled")
 # A text answer in one statement (its own transaction, relaxed): the usage as _ADD_USAGE,
 # whose UPDATE locks the task row before the answer's conversation row ($7; $8 its hash,
@@ -113,27 +115,29 @@ _ADD_USAGE_IN_WINDOW = (f"WITH {_HELD}, task AS ({_USAGE} RETURNING tasks.id), "
 # Returns what the repeated_response rule reads of the task (its status and loop_guard;
 # not the whole row, whose decoding cost more than the rest) and the run of repeated answers.
 _ANSWER = (
-    f"WITH {_HELD}, task AS ({_USAGE} RETURNING tasks.id, tasks.status, tasks.loop_guard),"
+    _TASK.format(more=", tasks.status, tasks.loop_guard") + spent("task", model=10, input=2, output=3, cost=4) + ","
     " answer AS (" + conversations.ANSWER_OF_TASK.format(task="task", key="$7", text="$8", repeat="$9") + "){settle}"
     " SELECT task.status, task.loop_guard, (SELECT response_streak FROM answer) AS answer_streak{settled} FROM task"
 )
 _ADD_ANSWER = _ANSWER.format(settle="", settled="")
 _ADD_ANSWER_IN_WINDOW = _ANSWER.format(settle=", " + _IN_WINDOW.format(after="task", input=2, output=3, cost=4,
-                                                                           window=10, start=11),
+                                                                           window=11, start=12),
                                        settled=_SETTLED)
 # A response's tool calls (migration 0011): relaxed commit, task row lock, usage and
 # settlement (the hold row as in _ADD_USAGE), pending ledger rows, task and conversation
 # counts, the locked row after them and the conversation's window ($3 records, oldest first).
 _RECORD_RESPONSE = (
-    "SELECT (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS response_conversation_calls,"
-    + WINDOW_COLUMNS +
-    " FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) AS f"
+    "WITH f AS (SELECT * FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)), "
+    + spent("f", row="(f.task)", model=14, input=5, output=6, cost=7) +
+    " SELECT (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS response_conversation_calls,"
+    + WINDOW_COLUMNS + " FROM f"
 )
 #: :data:`_RECORD_RESPONSE` and the budget window's share (:data:`_IN_WINDOW`), which
 #: reads the function's row, so the function has locked the task first.
 _RECORD_RESPONSE_IN_WINDOW = (
     "WITH f AS (SELECT * FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)), "
-    + _IN_WINDOW.format(after="f", input=5, output=6, cost=7, window=14, start=15) +
+    + spent("f", row="(f.task)", model=14, input=5, output=6, cost=7) + ", "
+    + _IN_WINDOW.format(after="f", input=5, output=6, cost=7, window=15, start=16) +
     " SELECT (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS response_conversation_calls,"
     + WINDOW_COLUMNS + _SETTLED + " FROM f"
 )
@@ -162,8 +166,6 @@ class GuardRequest:
     #: Fingerprints computed before admission (:mod:`app.guard.result_prints`); ``None``:
     #: computed in :func:`record_request`.
     prints: RequestPrints | None = None
-
-
 
 
 def _describe(verdict: Verdict, thresholds: Thresholds, conversation_key: str,
@@ -268,14 +270,15 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
                           settlement: Settlement | None = None, *,
                           request_id: str | None = None, seen_answer_sha256: str | None = None,
                           reservation_id: int | None = None,
-                          budget_window: tuple[str, datetime] | None = None) -> Verdict | None:
+                          budget_window: tuple[str, datetime] | None = None, model: str | None = None) -> Verdict | None:
     """Record a finished response: usage into the task's token counters and its
     ``settlement`` into its dollar counters (one statement), tool calls into the ledger
     as pending; trip the latch when the detector says stop (e.g. the tool-call ceiling
     was passed). ``budget_window`` (``(budget_id, window_start)``): the one budget window
     the request was admitted in, when no hold is released (the escrow lease path); the
     usage and dollars go into it in the same statement (:data:`_IN_WINDOW`), and
-    :data:`events.BUDGET_SPENT <app.events.BUDGET_SPENT>` reports its dollars after.
+    :data:`events.BUDGET_SPENT <app.events.BUDGET_SPENT>` reports its dollars after. An admitted request's
+    ``model`` (``''`` unknown; ``None``: not one) goes into ``spend_daily`` in the same statement (:mod:`app.db.spend`).
 
     A response with tool calls is one statement, its own transaction: a ``SELECT`` of
     ``taskgate_record_response()`` (migration 0011: lock, usage, ledger, counts and the
@@ -302,16 +305,16 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
             if summary.text_sha256 is not None and settings.loop_guard_enabled:
                 return await _record_answer(conn, task_id, conversation_key, summary.text_sha256, settings,
                                             request_id, answer_repeats(seen_answer_sha256, summary.text_sha256),
-                                            counters or _NO_COUNTERS, reservation_id, in_window)
+                                            counters or _NO_COUNTERS, reservation_id, in_window, model)
             if in_window is not None and counters is not None:  # one statement, its own (relaxed) transaction
                 _report_settled(await conn.fetchrow(_ADD_USAGE_IN_WINDOW, task_id, *counters, reservation_id,
-                                                    *in_window))
-            elif counters is not None:
-                await conn.execute(_ADD_USAGE, task_id, *counters, reservation_id)
+                                                    model, *in_window))
+            elif counters is not None or model is not None:  # an admitted request is counted in its spend
+                await conn.execute(_ADD_USAGE, task_id, *(counters or _NO_COUNTERS), reservation_id, model)
             return None
         window = _windows.get(task_id, _windows.get("", MIN_WINDOW))
         args = (task_id, conversation_key, window, counters is not None, *(counters or _NO_COUNTERS),
-                reservation_id, *call_rows(summary.tool_calls, None, settings.ledger_argument_preview))
+                reservation_id, *call_rows(summary.tool_calls, None, settings.ledger_argument_preview), model)
         row = await (conn.fetchrow(_RECORD_RESPONSE_IN_WINDOW, *args, *in_window) if in_window is not None
                      else conn.fetchrow(_RECORD_RESPONSE, *args))  # one statement, its own (relaxed) transaction
         if row is None:
@@ -361,13 +364,14 @@ def forget_windows() -> None:
 async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_key: str,
                          text_sha256: str, settings: Settings, request_id: str | None,
                          repeat: bool, counters: tuple[int, int, Decimal, Decimal],
-                         reservation_id: int | None, budget_window: tuple[str, datetime] | None) -> Verdict | None:
+                         reservation_id: int | None, budget_window: tuple[str, datetime] | None, model: str | None,
+                         ) -> Verdict | None:
     """Add a text answer's usage (and into ``budget_window``) and extend (or end) the
     conversation's run of identical answers in one statement (:data:`_ADD_ANSWER`); latch
     the task with ``repeated_response`` when the run reaches the threshold in force (its
     own durable transaction: the first reason wins; :class:`LatchPending` when it fails),
     unless its action is ``strike`` or ``warn``: then the caller applies it (:mod:`app.guard.strikes`)."""
-    args = (task_id, *counters, reservation_id, conversation_key, text_sha256, repeat)
+    args = (task_id, *counters, reservation_id, conversation_key, text_sha256, repeat, model)
     row = await (conn.fetchrow(_ADD_ANSWER_IN_WINDOW, *args, *budget_window) if budget_window is not None
                  else conn.fetchrow(_ADD_ANSWER, *args))
     if row is None:

@@ -13,7 +13,10 @@ repeating itself (``repeated_output``) latches the task, strikes the answer or w
 as its action says (:mod:`app.guard.strike_rules`). The request's dollars settle
 (:func:`app.admission.cost.settle`) in the same statement as its usage; a task with a
 budget then settles its tokens and dollars into the budget windows it was admitted in
-(:func:`app.budgets.ledger.settle`, its own statement). Nothing is refunded.
+(:func:`app.budgets.ledger.settle`, its own statement). An admitted request (``counted``)
+is also counted, with its model, tokens and dollars, in the spend record
+(:mod:`app.db.spend`) by the statement that settles it on the task, also when upstream
+reported no usage. Nothing is refunded.
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ class Accounting:
     budget_windows: tuple[budget_ledger.WindowKey, ...] = ()  # where the request was counted
     admission_key: uuid.UUID | None = None  # its admission log row: settled once (app.db.commits.settling)
     cuts_repeating: bool = True  # a stream repeating itself is cut (its action is not warn)
+    counted: bool = False  # an admitted request (not a free endpoint's): into the spend record
     _recorded: bool = field(default=False, init=False)  # usage, tool calls and verdict written (maybe early)
 
     def __post_init__(self) -> None:
@@ -213,7 +217,7 @@ class Accounting:
         in_budgets = bool(self.budget_windows and in_window is None
                           and (summary.usage is not None or settlement is not None))
         recorded = bool(summary.tool_calls or summary.usage is not None or settlement is not None
-                        or summary.text_sha256 is not None)
+                        or summary.text_sha256 is not None or self.counted)
         if in_budgets or recorded:
             usage = summary.usage
 
@@ -265,7 +269,8 @@ class Accounting:
             return await record_response(self.pool, self.task_id, self.conversation_key, summary, self.settings,
                                          settlement, request_id=self.request_id,
                                          seen_answer_sha256=self.seen_answer_sha256,
-                                         reservation_id=self.reservation_id, budget_window=in_window)
+                                         reservation_id=self.reservation_id, budget_window=in_window,
+                                         model=(self.model or "") if self.counted else None)
         except LatchPending as pending:
             reason, detail = pending.verdict.reason or "stopped", dict(pending.verdict.detail)
             await self._retried(lambda: self._latch(reason, detail), f"the {reason} stop of task {self.task_id}")

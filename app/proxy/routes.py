@@ -256,7 +256,7 @@ async def proxy_post(request: Request) -> Response:
                             model=route.requested_model if route is not None else model,
                             provider=route.provider_name if route is not None else None,
                             reservation_id=held, budget_windows=budget_windows, admission_key=admission_key,
-                            cuts_repeating=guarded and policy.cuts_repeating)
+                            cuts_repeating=guarded and policy.cuts_repeating, counted=endpoint.kind != endpoints.FREE)
     return RelayResponse(
         state.client, destination.with_body(body), fmt,
         stream_requested=stream_requested,
