@@ -1,6 +1,12 @@
-"""Pure limit checks for admission, and the same rule in SQL for the one-statement paths
-(:data:`ADMISSIBLE`: the fast path of :mod:`app.admission.admission` and the budget lease
-paths of :mod:`app.budgets.escrow`); a test keeps the two in step."""
+"""Which limit a refusal names, and the admission rule for the one-statement paths.
+
+The rule is one SQL function, ``taskgate_admissible()`` (``app/db/sql/functions/``),
+which every statement and function that counts a request asks (``taskgate_agent_turn()``
+calls it; :data:`ADMISSIBLE`, the fast path's of :mod:`app.admission.admission` and the
+budget lease paths' of :mod:`app.budgets.escrow`, is its text). :func:`limit_breach` explains a
+refusal (which limit, its numbers) and decides the locked path, where the dollars asked
+are known; ``tests/test_admission_rule.py`` keeps it in step with the function over a
+grid of task states."""
 
 from __future__ import annotations
 
@@ -9,22 +15,21 @@ from decimal import Decimal
 from typing import Any, Mapping
 
 from app.admission.cost import dollars
+from app.db import sql
 from app.guard.detector import explain
 from app.stop_reasons import StopReason
 from app.task import Task
 
-#: The rule of a one-statement admission, on the task row it counts: active, under its
-#: request, token and duration limits (:func:`limit_breach` without dollars), and none of
-#: the settings only the locked path decides (a dollar ceiling, allowed models, the
-#: conversation ceilings). SQL, for a ``WHERE`` clause.
-ADMISSIBLE = (
-    "status = 'active' AND admitted_requests < request_limit"
-    " AND (token_limit IS NULL OR input_tokens + output_tokens < token_limit)"
-    " AND (max_duration_s IS NULL OR first_admitted_at IS NULL"
-    " OR now() < first_admitted_at + max_duration_s * interval '1 second')"
-    " AND cost_limit_usd IS NULL AND allowed_models IS NULL"
-    " AND conversation_request_limit IS NULL AND conversation_max_duration_s IS NULL"
-)
+#: The rule of a one-statement admission, on the task row it counts (the table
+#: unaliased, as ``tasks``): the admission rule ``taskgate_admissible()`` (active, under
+#: its request, token and duration limits: :func:`limit_breach` without dollars, which
+#: only explains a refusal) on a task ``taskgate_one_statement()`` may decide (none of
+#: the settings only the locked path decides: a dollar ceiling, allowed models, the
+#: conversation ceilings). The functions' own text (``app/db/sql/functions/``), as
+#: PostgreSQL would inline them, without planning the inlining at every execution
+#: (:func:`app.db.sql.expression`). SQL, for a ``WHERE`` clause.
+ADMISSIBLE = (sql.expression("taskgate_admissible", "tasks", p_reservation_usd="NULL")
+              + " AND " + sql.expression("taskgate_one_statement", "tasks"))
 #: The ``SET`` of a counted request (its first admission starts ``max_duration_s``).
 COUNT_REQUEST = ("admitted_requests = admitted_requests + 1,"
                  " first_admitted_at = COALESCE(first_admitted_at, now()), updated_at = now()")

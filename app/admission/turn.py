@@ -146,7 +146,10 @@ def last_locked(token_hash: str) -> Task | None:
 
 
 def eligible(task: Task) -> bool:
-    """The columns ``taskgate_agent_turn()`` requires of a task (besides ``loop_guard``)."""
+    """Whether ``taskgate_agent_turn()`` would take ``task`` (besides ``loop_guard``),
+    predicted from a row seen earlier to skip a statement bound to decline: active, no
+    budget, and what the SQL function ``taskgate_one_statement()`` requires (which decides,
+    on the locked row; ``tests/test_admission_rule.py`` keeps the two in step)."""
     return (task.active and task.cost_limit_usd is None and task.allowed_models is None and task.budget_id is None
             and task.conversation_request_limit is None and task.conversation_max_duration_s is None)
 

@@ -6,7 +6,15 @@ Until now the current text of each function was whichever migration last replace
 ``app/db/sql/functions/`` are the truth (:mod:`app.db.sql`): this migration runs every
 file's ``CREATE OR REPLACE FUNCTION``, in name order; a later change to a function edits
 its file and adds a migration that loads it again and pins its digest in ``LOADS``
-(this one then loads the newer text too, which the later one replaces with the same). ``tests/test_sql_home.py`` checks the
+(this one then loads the newer text too, which the later one replaces with the same).
+
+New here, the one admission rule (issue 35 item 2): ``taskgate_admissible(t tasks,
+p_reservation_usd)``, whether a task may admit one more request, and
+``taskgate_one_statement(t tasks)``, whether a one-statement path may decide it (no
+dollar ceiling, allowed models or conversation request/duration ceiling), both
+``LANGUAGE sql``. ``taskgate_agent_turn`` now asks them instead of spelling the columns
+out (same rule); the fast path and the budget lease paths take their text
+(``app.admission.limits.ADMISSIBLE``, ``app.db.sql.expression``). ``tests/test_sql_home.py`` checks the
 migrated database against the files.
 
 Downgrade: the functions as the earlier migrations left them; a function those never
@@ -35,8 +43,10 @@ depends_on = None
 #: migration that changes a function loads the same text again.
 LOADS = {
     "taskgate_abort": "16981a92db79936c",
-    "taskgate_agent_turn": "26e293a9ef2b1c15",
+    "taskgate_admissible": "5db456ada50d9882",
+    "taskgate_agent_turn": "36ce6448d5c63f2d",
     "taskgate_known_turn": "3a5a1624a81daec1",
+    "taskgate_one_statement": "21c9365d592a7423",
     "taskgate_record_response": "898fce4440b79a63",
 }
 

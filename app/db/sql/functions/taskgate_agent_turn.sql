@@ -1,6 +1,7 @@
 -- An agent turn's request side under the task's row lock: records its tool calls and results,
 -- counts the request when the task admits one more, returns the conversation's window
--- (app.admission.turn). Since 0009; 0012: a new call carries its result in one row.
+-- (app.admission.turn). Since 0009; 0012: a new call carries its result in one row;
+-- 0020: the rule and the path as taskgate_admissible and taskgate_one_statement.
 CREATE OR REPLACE FUNCTION taskgate_agent_turn(
     p_token_hash text, p_expect boolean, p_loop_guard jsonb, p_key text, p_window integer,
     p_conversation_limit boolean,  -- a conversation tool-call ceiling applies whatever the task says
@@ -23,9 +24,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    IF NOT (p_expect AND t.status = 'active' AND t.cost_limit_usd IS NULL AND t.allowed_models IS NULL
-            AND t.budget_id IS NULL AND t.conversation_request_limit IS NULL
-            AND t.conversation_max_duration_s IS NULL AND coalesce(t.loop_guard, '{}') = coalesce(p_loop_guard, '{}')) THEN
+    IF NOT (p_expect AND t.status = 'active' AND t.budget_id IS NULL AND taskgate_one_statement(t)
+            AND coalesce(t.loop_guard, '{}') = coalesce(p_loop_guard, '{}')) THEN
         RETURN QUERY SELECT t, false, false, 0, 0, 0::bigint, NULL::text[], NULL::text[], NULL::text[],
                             NULL::text[], NULL::boolean[], NULL::boolean[];
         RETURN;
@@ -69,11 +69,7 @@ BEGIN
         SELECT coalesce(max(tool_calls), 0) INTO v_conv FROM conversations
          WHERE task_id = t.id AND conversation_key = p_key;
     END IF;
-    -- the fast path's WHERE, on the locked row
-    v_counted := t.admitted_requests < t.request_limit
-        AND (t.token_limit IS NULL OR t.input_tokens + t.output_tokens < t.token_limit)
-        AND (t.max_duration_s IS NULL OR t.first_admitted_at IS NULL
-             OR now() < t.first_admitted_at + t.max_duration_s * interval '1 second');
+    v_counted := taskgate_admissible(t);  -- the admission rule, on the locked row
     IF v_counted OR v_new > 0 THEN
         UPDATE tasks SET tool_calls = tool_calls + v_new,
                admitted_requests = admitted_requests + CASE WHEN v_counted THEN 1 ELSE 0 END,
