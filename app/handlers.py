@@ -2,11 +2,12 @@
 
 - ``GET /healthz``: the process is up. ``GET /readyz``: the database answers (503
   otherwise, saying why: ``unreachable`` or ``restarting``).
-- Every error is answered in its caller's shape: ``/v1/...`` in the wire format of the
-  endpoint (:func:`app.proxy.routes.error_response`), everything else in the admin API's
-  (:mod:`app.admin.errors`). A :class:`GatewayError` the gateway answers itself is also
-  reported as :data:`app.events.GATEWAY_ANSWERED`. A database out of reach is a 503
-  (one rate-limited log line); any other unexpected error a 500 with a request id, its
+- Every error of the FastAPI app (all but ``/v1``, which the proxy app answers itself in
+  the wire formats: :mod:`app.proxy.lane`) is answered in the admin API's shape
+  (:mod:`app.admin.errors`), but a :class:`GatewayError` (the MCP gateway's), answered as
+  the proxy does (:func:`app.proxy.routes.error_response`) and reported as
+  :data:`app.events.GATEWAY_ANSWERED`. A database out of reach is a 503 (one
+  rate-limited log line); any other unexpected error a 500 with a request id, its
   traceback in the log under that id.
 """
 
@@ -71,9 +72,6 @@ def install(app: FastAPI, settings: Settings) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        if request.url.path.startswith("/v1/"):
-            return error_response(request.url.path, GatewayError(
-                exc.status_code, "invalid_request_error", None, str(exc.detail)))
         headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 405:
             headers["Allow"] = admin_errors.allow_header(request.app.router.routes, dict(request.scope))
@@ -93,7 +91,8 @@ def install(app: FastAPI, settings: Settings) -> None:
         if not database_unreachable(exc):
             return _internal_error(request, exc)
         faults.report("database", f"unavailable under {request.url.path}; answering 503", exc)
-        return _gateway_or_admin(request, unavailable())
+        err = unavailable()
+        return admin_errors.error_response(err.status, err.message, code=err.code)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
@@ -108,13 +107,4 @@ def _internal_error(request: Request, exc: Exception) -> Response:
     logger.error("internal error on %s %s (request id %s)", request.method, request.url.path, rid,
                  exc_info=exc)
     message = f"taskgate hit an internal error (request id {rid}); see its log."
-    if request.url.path.startswith("/v1/"):
-        return error_response(request.url.path, GatewayError(
-            500, "internal_error", "internal_error", message, {"x-request-id": rid}))
     return admin_errors.error_response(500, message, code="internal_error", request_id=rid)
-
-
-def _gateway_or_admin(request: Request, err: GatewayError) -> Response:
-    if request.url.path.startswith("/v1/"):
-        return error_response(request.url.path, err)
-    return admin_errors.error_response(err.status, err.message, code=err.code)

@@ -1,11 +1,18 @@
 """The ASGI application: the composition root that wires the rooms together.
 
-``create_app(settings)`` builds an app (``uvicorn --factory app.main:create_app``;
-``taskgate serve`` does that). At start-up the app resolves its database (embedded
-PostgreSQL when ``TASKGATE_DATABASE_URL`` is unset), migrates it when configured,
-and opens one pooled upstream client for the process. The proxy routes, the admin API,
-the health routes and exception handlers (:mod:`app.handlers`) and the console
-(:mod:`app.console.install`, which subscribes to the core's events) are mounted here.
+``create_app(settings)`` builds the ASGI app (``uvicorn --factory app.main:create_app``;
+``taskgate serve`` does that): two apps behind one dispatcher (:class:`Dispatch`) that
+chooses by path. ``/v1`` and ``/v1/...`` go to the proxy, a plain ASGI app
+(:class:`app.proxy.lane.ProxyApp`); everything else goes to the FastAPI app: the admin
+API, the health routes and exception handlers (:mod:`app.handlers`), the MCP gateway and
+the console (:mod:`app.console.install`, which subscribes to the core's events). The
+FastAPI app runs the lifespan, and the proxy shares its ``state``. Outside the
+dispatcher: the console's middleware that sees every request (tracing), and outermost
+:class:`app.proxy.run_path.RunPath` (``/run/<name>/v1/...`` is ``/v1/...`` of a run).
+
+At start-up the lifespan resolves the database (embedded PostgreSQL when
+``TASKGATE_DATABASE_URL`` is unset), migrates it when configured, and opens one pooled
+upstream client for the process.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app import handlers
 from app.admin.budgets import router as budgets_router
@@ -35,11 +43,11 @@ from app.db.retry import backlog
 from app.fault_log import faults
 from app.proxy.auth import KnownTokens
 from app.proxy.endpoints import DEFAULT_ENDPOINTS, parse_endpoints
-from app.proxy.lane import GatewayApp
+from app.proxy.lane import ProxyApp
 from app.proxy.open_requests import OpenRequests
+from app.proxy.run_path import RunPath
 from app.proxy.redact import Redactor, provider_keys
 from app.mcp import routes as mcp_routes
-from app.proxy.routes import routes as proxy_routes
 from app.proxy.capacity import UpstreamSlots
 from app.proxy.stop_watch import StopWatcher
 from app.proxy.upstream import create_client
@@ -67,8 +75,24 @@ def embedded_pgdata(settings: Settings) -> Path | None:
     return embedded.pgdata_dir(settings.data_dir) if settings.database_url is None else None
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the gateway app. ``settings`` defaults to the environment's."""
+class Dispatch:
+    """The two apps by path: ``/v1`` and ``/v1/...`` HTTP requests to ``proxy``, every
+    other scope (the lifespan included) to ``api``."""
+
+    def __init__(self, api: FastAPI, proxy: ASGIApp) -> None:
+        self.api = api
+        self.proxy = proxy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (scope["path"].startswith("/v1/") or scope["path"] == "/v1"):
+            await self.proxy(scope, receive, send)
+        else:
+            await self.api(scope, receive, send)
+
+
+def create_app(settings: Settings | None = None) -> ASGIApp:
+    """Build the gateway's ASGI app (module docstring). ``settings`` defaults to the
+    environment's."""
     settings = settings or get_settings()
     configure_logging(settings.log_level, settings.log_format)
     faults.interval_s = settings.fault_log_interval_s
@@ -106,7 +130,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await app.state.mcp_client.aclose()
             await app.state.db.close()
 
-    app = GatewayApp(
+    app = FastAPI(
         title="taskgate",
         summary="OpenAI- and Anthropic-compatible gateway with per-task admission and a loop guard.",
         version="0.1.0",
@@ -122,10 +146,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(admin_router)
     app.include_router(maintenance_router)
     app.include_router(budgets_router)
-    app.router.routes.extend(proxy_routes)
     app.router.routes.extend(mcp_routes.routes)
-    app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)  # the lane does its own
-    app.outer_middleware = []
-    console.install(app)
+    app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)  # the proxy tags its own
+    outer = console.install(app)
     handlers.install(app, settings)
-    return app
+    served: ASGIApp = Dispatch(app, ProxyApp(app.state, settings.access_log))
+    for middleware in reversed(outer):
+        served = middleware(served)
+    return RunPath(served)

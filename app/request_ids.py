@@ -1,4 +1,4 @@
-"""Request ids and the optional access log, as one pure ASGI middleware.
+"""Request ids and the optional access log: one helper (:class:`Tagged`) for both apps.
 
 Every HTTP request gets an id: the client's ``x-request-id`` when it is sane (1-128
 characters of ``A-Z a-z 0-9 . _ : @ / + = -``), else a generated ``req_<24 hex>``.
@@ -7,6 +7,11 @@ admin routes read it there and pass it explicitly to what records task events
 (:func:`app.db.tasks.add_event`). It is returned to the client as ``x-taskgate-request-id``, and as ``x-request-id`` when
 the response does not carry one already (upstream's own ``x-request-id`` is relayed
 unchanged, so support tickets with the provider still work).
+
+:class:`Tagged` is one request's id from its first byte to its end (the access line
+then). The FastAPI app takes it through :class:`RequestIdMiddleware`, which adds the
+headers as the response starts; the proxy (:mod:`app.proxy.lane`) gives them to its
+response before it is sent, with no wrapper around each streamed chunk.
 """
 
 from __future__ import annotations
@@ -38,10 +43,36 @@ def request_id_from(headers: list[tuple[bytes, bytes]]) -> str:
     return "req_" + secrets.token_hex(12)
 
 
+class Tagged:
+    """One HTTP request's id while it runs: in :data:`REQUEST_ID` from construction to
+    :meth:`end`, which writes the ``app.access`` line when ``access_log`` (method, path
+    without query, status, duration in ms, request id; never headers or bodies)."""
+
+    __slots__ = ("raw_id", "_scope", "_access_log", "_token", "_started")
+
+    def __init__(self, scope: Scope, access_log: bool) -> None:
+        rid = request_id_from(scope["headers"])
+        self.raw_id = rid.encode()  #: the id as response headers carry it
+        self._scope = scope
+        self._access_log = access_log
+        self._token = REQUEST_ID.set(rid)
+        self._started = time.perf_counter()
+
+    def headers(self, headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """Raw response headers with this request's id (:func:`with_id`)."""
+        return with_id(headers, self.raw_id)
+
+    def end(self, status: int) -> None:
+        """The request was answered ``status`` (0: no response): its access line, and
+        :data:`REQUEST_ID` back to what it was."""
+        if self._access_log:
+            log_access(self._scope, status, self._started)
+        REQUEST_ID.reset(self._token)
+
+
 class RequestIdMiddleware:
-    """ASGI middleware: request id in :data:`REQUEST_ID` and in the response headers;
-    with ``access_log`` one ``app.access`` line per request (method, path without
-    query, status, duration in ms, request id; never headers or bodies)."""
+    """ASGI middleware: :class:`Tagged` around each HTTP request, its headers added to
+    the response as it starts (the FastAPI app's; the proxy tags its own)."""
 
     def __init__(self, app: ASGIApp, access_log: bool = False) -> None:
         self.app = app
@@ -51,25 +82,20 @@ class RequestIdMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        rid = request_id_from(scope["headers"])
-        token = REQUEST_ID.set(rid)
-        raw_id = rid.encode()
+        tagged = Tagged(scope, self.access_log)
         status = 0
-        t0 = time.perf_counter()
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                message = {**message, "headers": with_id(message.get("headers") or (), raw_id)}
+                message = {**message, "headers": tagged.headers(message.get("headers") or ())}
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            if self.access_log:
-                log_access(scope, status, t0)
-            REQUEST_ID.reset(token)
+            tagged.end(status)
 
 
 def with_id(headers: Iterable[tuple[bytes, bytes]], raw_id: bytes) -> list[tuple[bytes, bytes]]:

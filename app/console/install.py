@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from fastapi import FastAPI
 from starlette.responses import FileResponse
 from starlette.routing import Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from app.console import listeners, loop_lag, metrics, request_log, tracing, webhook
 from app.console.docs import install_docs
 from app.console.ui_headers import SecureHeaders
-from app.proxy.lane import GatewayApp
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
 
 
-def install(app: GatewayApp) -> None:
+def install(app: FastAPI) -> list[Callable[[ASGIApp], ASGIApp]]:
     """``/metrics``, ``/ui`` (the dashboard), offline ``/docs``, and the console's
-    subscriptions to the core's events (:mod:`app.console.listeners`)."""
+    subscriptions to the core's events (:mod:`app.console.listeners`). Returns the ASGI
+    middleware (outermost first) that must see every request, the proxy's included:
+    :func:`app.main.create_app` puts it around both apps."""
+    outer: list[Callable[[ASGIApp], ASGIApp]] = []
     app.router.routes.append(Route("/metrics", metrics.metrics_endpoint, methods=["GET"],
                                    include_in_schema=False))
     if UI_DIR.is_dir():
@@ -29,8 +33,9 @@ def install(app: GatewayApp) -> None:
     metrics.configure(app.state.gateway_config)
     listeners.subscribe()
     if tracing.setup():  # OTEL_EXPORTER_OTLP_ENDPOINT set and the otel extra installed
-        app.outer_middleware.append(tracing.TraceMiddleware)  # outside the proxy lane: every /v1 POST
+        outer.append(tracing.TraceMiddleware)  # around both apps: every /v1 and /mcp POST
         tracing.subscribe()
+    return outer
 
 
 async def _favicon(_request: object) -> FileResponse:

@@ -1,127 +1,117 @@
-"""The proxy's own lane through the ASGI stack.
+"""The ``/v1`` proxy as a plain ASGI app, beside the FastAPI app of everything else.
 
-``/v1/*`` POSTs and GETs go from this layer, the outermost of the application's
-middleware stack, straight to their endpoint (:func:`app.proxy.routes.proxy_post`,
-:func:`app.proxy.routes.proxy_get`): no route matching against the admin API's routes,
-no per-request middleware, and no send wrapper on any streamed chunk (each wrapper
-cost CPU per chunk and a coroutine frame per open stream). The lane does itself what
-those layers did for it, with the same results:
+:func:`app.main.create_app` serves both behind one dispatcher that chooses by path:
+``/v1`` and ``/v1/...`` (after :class:`app.proxy.run_path.RunPath` has turned
+``/run/<name>/v1/...`` into them) come here; the rest goes to the FastAPI app (admin API,
+console, health, MCP), which also runs the lifespan. :class:`ProxyApp` shares the FastAPI
+app's ``state`` (:func:`app.app_state.app_state` reads ``request.app.state``), and does
+for each request, with no route matching and no send wrapper on any streamed chunk:
 
-- the request id (:mod:`app.request_ids`): in :data:`~app.request_ids.REQUEST_ID` while
-  the request runs, and in the response's headers (:func:`~app.request_ids.with_id`),
-  which the lane adds to the response before it is sent; the access-log line;
-- what the endpoint raises is answered by the application's own exception handlers
-  (``app.exception_handlers``, looked up along the exception's classes as Starlette
-  does);
-- anything else (a bug) is answered as Starlette's server-error middleware answers it:
-  the ``Exception`` handler's 500 when no response has started, then re-raised for
+- the method's endpoint: ``POST`` :func:`~app.proxy.routes.proxy_post`, ``GET`` and
+  ``HEAD`` :func:`~app.proxy.routes.proxy_get` (a ``HEAD`` matches no allowed endpoint:
+  404 ``unknown_url``); any other method 405, in the wire format's shape, no ``Allow``;
+- the request id (:class:`app.request_ids.Tagged`): in
+  :data:`~app.request_ids.REQUEST_ID` while the request runs, in the response's headers
+  (given to the response before it is sent), the access-log line at the end;
+- its own error renderer (:func:`answer`): every error in the caller's wire format, a
+  :class:`~app.errors.GatewayError` as raised (reported as
+  :data:`app.events.GATEWAY_ANSWERED`), a database out of reach as 503 (one
+  rate-limited log line); anything else (a bug) a 500 with the request id, its traceback
+  in the log under that id, sent only when no response has started, then re-raised for
   the server's log.
-
-Other methods (and everything outside ``/v1/``) take the usual path, where the same
-endpoints are registered as routes. :class:`GatewayApp` puts the lane in place;
-middleware that must see the lane's requests too (tracing) goes in
-:attr:`GatewayApp.outer_middleware`, around it; outside all of them,
-:class:`app.proxy.run_path.RunPath` turns ``/run/<name>/v1/...`` into ``/v1/...`` with
-the run's header.
 """
 
 from __future__ import annotations
 
-import time
+import logging
 from typing import Awaitable, Callable
 
-from fastapi import FastAPI
-from starlette.applications import Starlette
+import asyncpg
+from starlette.datastructures import State
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
+from app import events
+from app.db.errors import database_unreachable
+from app.errors import GatewayError, unavailable
+from app.fault_log import faults
 from app.proxy.relay import RelayResponse
-from app.proxy.routes import proxy_get, proxy_post
-from app.proxy.run_path import RunPath
-from app.request_ids import REQUEST_ID, log_access, request_id_from, with_id
+from app.proxy.routes import error_response, proxy_get, proxy_post
+from app.request_ids import REQUEST_ID, Tagged, request_id_from
 
-Handler = Callable[[Request, Exception], Awaitable[Response]]
-_ENDPOINTS: dict[str, Callable[[Request], Awaitable[Response]]] = {"POST": proxy_post, "GET": proxy_get}
+logger = logging.getLogger("app.main")  # the FastAPI app's handlers log bugs under the same name
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+#: Errors that may mean the database is out of reach (:func:`app.db.errors.database_unreachable`).
+DATABASE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError, OSError)
 
 
-class ProxyLane:
-    """ASGI middleware: see the module docstring. ``access_log``: one ``app.access``
-    line per lane request, as :class:`app.request_ids.RequestIdMiddleware` writes."""
+async def method_not_allowed(request: Request) -> Response:
+    """405 in the path's wire format (the methods the proxy has no endpoint for)."""
+    return error_response(request.scope["path"],
+                          GatewayError(405, "invalid_request_error", None, "Method Not Allowed"))
 
-    def __init__(self, app: ASGIApp, access_log: bool = False) -> None:
-        self.app = app
+
+_ENDPOINTS: dict[str, Endpoint] = {"POST": proxy_post, "GET": proxy_get, "HEAD": proxy_get}
+
+
+class ProxyApp:
+    """The ``/v1`` proxy (module docstring). ``state``: the FastAPI app's, filled by its
+    lifespan; ``access_log``: one ``app.access`` line per request."""
+
+    def __init__(self, state: State, access_log: bool = False) -> None:
+        self.state = state
         self.access_log = access_log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = _ENDPOINTS.get(scope.get("method", "")) if scope["type"] == "http" else None
-        if endpoint is None or not scope["path"].startswith("/v1/"):
-            await self.app(scope, receive, send)
-            return
-        rid = request_id_from(scope["headers"])
-        token = REQUEST_ID.set(rid)
-        started = time.perf_counter()
+        scope["app"] = self  # request.app, as Starlette sets it
+        tagged = Tagged(scope, self.access_log)
         request = Request(scope, receive)
         response: Response | None = None
         try:
-            try:
-                response = await endpoint(request)
-            except Exception as exc:
-                handler = _handler(scope["app"], exc)
-                if handler is None:
-                    raise
-                response = await handler(request, exc)
-            _identify(response, rid.encode())
+            response = await answer(_ENDPOINTS.get(scope["method"], method_not_allowed), request)
+            _identify(response, tagged)
             await response(scope, receive, send)
         except Exception as exc:
             if response is None or not getattr(response, "started", True):  # a plain response starts first
-                await (await _server_error(scope["app"], request, exc))(scope, receive, send)
+                response = internal_error(request, exc)
+                _identify(response, tagged)
+                await response(scope, receive, send)
             raise
         finally:
-            if self.access_log:
-                log_access(scope, getattr(response, "status_code", 0), started)
-            REQUEST_ID.reset(token)
+            tagged.end(getattr(response, "status_code", 0))
 
 
-class GatewayApp(FastAPI):
-    """The gateway's FastAPI application: :class:`ProxyLane` is the outermost layer of
-    its middleware stack, inside :attr:`outer_middleware` (ASGI middleware classes,
-    outermost first, that see every request, the lane's included), inside
-    :class:`~app.proxy.run_path.RunPath` (a run named in the path)."""
+async def answer(endpoint: Endpoint, request: Request) -> Response:
+    """``endpoint``'s response, or its error's in the wire format: a
+    :class:`~app.errors.GatewayError` as raised, a database out of reach as 503, any
+    other database error as :func:`internal_error`; a bug propagates."""
+    try:
+        return await endpoint(request)
+    except GatewayError as exc:
+        events.GATEWAY_ANSWERED.emit(events.GatewayAnswered(request.scope["path"], exc))
+        return error_response(request.scope["path"], exc)
+    except DATABASE_ERRORS as exc:
+        if not database_unreachable(exc):
+            return internal_error(request, exc)
+        faults.report("database", f"unavailable under {request.scope['path']}; answering 503", exc)
+        return error_response(request.scope["path"], unavailable())
 
-    #: Set before the first request (the stack is built then), as ``state.settings`` is.
-    outer_middleware: list[Callable[[ASGIApp], ASGIApp]]
 
-    def build_middleware_stack(self) -> ASGIApp:
-        app: ASGIApp = ProxyLane(super().build_middleware_stack(), self.state.settings.access_log)
-        for middleware in reversed(self.outer_middleware):
-            app = middleware(app)
-        return RunPath(app)
+def internal_error(request: Request, exc: BaseException) -> Response:
+    """500 in the wire format, naming the request id; the traceback goes to the log under it."""
+    rid = REQUEST_ID.get() or request_id_from(request.scope["headers"])
+    logger.error("internal error on %s %s (request id %s)", request.method, request.scope["path"], rid,
+                 exc_info=exc)
+    message = f"taskgate hit an internal error (request id {rid}); see its log."
+    return error_response(request.scope["path"], GatewayError(
+        500, "internal_error", "internal_error", message, {"x-request-id": rid}))
 
 
-def _identify(response: Response, raw_id: bytes) -> None:
+def _identify(response: Response, tagged: Tagged) -> None:
     """Give ``response`` the request id's headers (:func:`app.request_ids.with_id`)."""
     if isinstance(response, RelayResponse):
-        response.request_id = raw_id  # its headers come from upstream, when it starts
+        response.request_id = tagged.raw_id  # its headers come from upstream, when it starts
     else:
-        response.raw_headers = with_id(response.raw_headers, raw_id)
-
-
-def _handler(app: Starlette, exc: Exception) -> Handler | None:
-    """The app's handler for ``exc`` (nearest class first), short of ``Exception``."""
-    handlers = app.exception_handlers
-    for cls in type(exc).__mro__:
-        if cls is Exception:
-            return None
-        if cls in handlers:
-            handler: Handler = handlers[cls]  # Starlette types its handlers as Any
-            return handler
-    return None
-
-
-async def _server_error(app: Starlette, request: Request, exc: Exception) -> Response:
-    """The app's ``Exception`` (or 500) handler's answer; a plain 500 without one."""
-    handler: Handler | None = app.exception_handlers.get(Exception) or app.exception_handlers.get(500)
-    if handler is None:
-        return PlainTextResponse("Internal Server Error", status_code=500)
-    return await handler(request, exc)
+        response.raw_headers = tagged.headers(response.raw_headers)

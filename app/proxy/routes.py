@@ -34,7 +34,6 @@ from typing import Any
 import httpx
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from app.admission import turn as agent_turn
 from app.admission.admission import admit, authenticate
@@ -345,14 +344,6 @@ async def _provider_models(state: AppState, name: str, provider: Provider) -> li
         logger.warning("could not list the models of provider %s: %s", name, type(exc).__name__)
         return []
     return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)] if isinstance(data, list) else []
-
-
-#: The proxy's routes: plain Starlette routes (no FastAPI parameter machinery on the
-#: hot path), outside the OpenAPI docs.
-routes = [
-    Route("/v1/{rest:path}", proxy_post, methods=["POST"], include_in_schema=False),
-    Route("/v1/{rest:path}", proxy_get, methods=["GET"], include_in_schema=False),
-]
 
 
 async def _nothing(outcome: Any) -> None:

@@ -15,9 +15,9 @@ can do the same by hand. The rules:
   ``/run/<name>/v1/...`` is authenticated, admitted and relayed as ``/v1/...``, and
   ``/run/<name>/mcp/<server>`` as ``/mcp/<server>``.
 
-:class:`RunPath` is the outermost layer of the gateway's stack
-(:class:`app.proxy.lane.GatewayApp`), so the proxy lane, tracing and routing see the
-rewritten request; any other request costs one ``startswith``.
+:class:`RunPath` is the outermost layer of the gateway's ASGI app
+(:func:`app.main.create_app`), so tracing, the dispatcher by path and both apps behind it
+see the rewritten request; any other request costs one ``startswith``.
 """
 
 from __future__ import annotations
