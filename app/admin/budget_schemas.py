@@ -9,9 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from app.admin.schemas import Count, Dollars, TaskLimits
+from app.admin.schemas import Count, Dollars, PositiveCount, TaskLimits
+from app.budgets import model_limits
 from app.budgets.windows import timezone_names, zone
 from app.db.bounds import SafeJsonObject, SafeText
 
@@ -31,6 +32,38 @@ Percent = Annotated[float, Field(gt=0, le=100, allow_inf_nan=False, strict=True)
 
 def _distinct(values: list[float] | None) -> list[float] | None:
     return sorted(set(values)) if values is not None else None
+
+
+class ModelLimit(BaseModel):
+    """A limit for the models matching one glob, inside the budget's totals, per window."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str = Field(..., description="A model glob (fnmatch: *, ?, [abc]), e.g. \"gpt-4.1*\", matched against "
+                       "the model a request names.")
+    cost_limit_usd: Dollars | None = Field(None, description="US dollars of its requests per window (worst case "
+                                           "reserved before dispatch, settled after).")
+    token_limit: Count | None = Field(None, description="Input + output tokens upstream reported for its requests "
+                                      "per window.")
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _glob(cls, v: Any) -> Any:
+        problem = model_limits.glob_problem(v)
+        if problem is not None:
+            raise ValueError(problem)
+        return v
+
+    @model_validator(mode="after")
+    def _limits_something(self) -> "ModelLimit":
+        if self.cost_limit_usd is None and self.token_limit is None:
+            raise ValueError(f"the limit for models '{self.model}' sets neither cost_limit_usd nor token_limit")
+        return self
+
+
+def _rate(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and value <= 0:
+        raise ValueError(f"a rate of {value} would admit nothing: give at least 1 per minute, or null for no rate")
+    return value
 
 
 class BudgetLimits(BaseModel):
@@ -54,6 +87,29 @@ class BudgetLimits(BaseModel):
     cost_limit_usd: Dollars | None = Field(
         None, description="Dollar ceiling per window (US dollars): worst cases reserved before dispatch, "
         "settled after, as for a task's cost_limit_usd.")
+    model_limits: list[ModelLimit] | None = Field(
+        None, max_length=model_limits.MAX_ENTRIES, description="Dollars or tokens per model glob per window, inside "
+        "the totals; a glob that ran out refuses its models with budget_exhausted, others go on. null or []: none.")
+    requests_per_minute: PositiveCount | None = Field(
+        None, description="Requests admitted per UTC minute (exact across gateways); over it: 429 rate_limited "
+        "with Retry-After. null: no rate.")
+    tokens_per_minute: PositiveCount | None = Field(
+        None, description="Input + output tokens reported per UTC minute; a request is admitted while its minute "
+        "is under it, else 429 rate_limited with Retry-After. null: no rate.")
+
+    @field_validator("requests_per_minute", "tokens_per_minute", mode="before")
+    @classmethod
+    def _positive_rate(cls, v: Any) -> Any:
+        return _rate(v)
+
+    @field_validator("model_limits")
+    @classmethod
+    def _distinct_globs(cls, v: list[ModelLimit] | None) -> list[ModelLimit] | None:
+        globs = [e.model for e in v or []]
+        twice = next((g for g in globs if globs.count(g) > 1), None)
+        if twice is not None:
+            raise ValueError(f"model glob '{twice}' is listed twice; give each glob one entry")
+        return v
 
 
 class BudgetCreate(BudgetLimits):
@@ -82,6 +138,26 @@ class BudgetPatch(BudgetLimits):
     metadata: SafeJsonObject | None = Field(None, description="Replaces the metadata; null empties it.")
 
 
+class ModelSpend(BaseModel):
+    """One model glob's spend in a window."""
+
+    model: str = Field(..., description="The glob of model_limits.")
+    admitted_requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    cost_usd: float = Field(0, description="Settled dollars (US dollars).")
+
+
+class MinuteSpend(BaseModel):
+    """A rated budget's current minute."""
+
+    minute_start: datetime
+    resets_at: datetime
+    requests: int = Field(0, description="Requests admitted in it.")
+    tokens: int = Field(0, description="Tokens reported in it.")
+
+
 class Crossing(BaseModel):
     """A warning threshold a window crossed."""
 
@@ -107,6 +183,8 @@ class WindowSpend(BaseModel):
     exhausted_at: datetime | None = Field(None, description="When the window first refused a request.")
     warnings: list[Crossing] = Field(default_factory=list, description="Warning thresholds crossed in the "
                                       "window, in the order they were crossed.")
+    models: list[ModelSpend] = Field(default_factory=list, description="Spend per glob of model_limits (those "
+                                     "with a request in the window).")
 
 
 class Budget(BaseModel):
@@ -121,6 +199,10 @@ class Budget(BaseModel):
     window: Literal["day", "week", "month"] | None
     timezone: str
     thresholds: list[float] = Field(..., description="Warning thresholds in force (percents of each limit).")
+    model_limits: list[ModelLimit] = Field(default_factory=list, description="Limits per model glob per window.")
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    minute: MinuteSpend | None = Field(None, description="A rated budget's current minute.")
     metadata: dict[str, Any]
     tasks: int = Field(0, description="Tasks drawing directly from this budget.")
     children: list[str] = Field(default_factory=list, description="Budgets nested directly in this one.")

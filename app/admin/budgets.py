@@ -7,13 +7,14 @@ task draws from it and no budget nests in it; create, list and revoke its budget
 their open requests cut in every gateway process; :mod:`app.budgets.pause`), resume it,
 and read its history. Errors in the admin API's one shape (:mod:`app.admin.errors`):
 404 ``budget_not_found`` / ``key_not_found``, 409 ``budget_exists`` / ``budget_not_empty``,
-409 ``budget_too_deep`` / ``budget_not_paused``, 422 invalid fields.
+409 ``budget_too_deep`` / ``budget_not_paused``, 422 invalid fields (with a sentence: a rate
+of 0, a bad model glob, :mod:`app.admin.budget_schemas`).
 """
 
 from __future__ import annotations
 
 import secrets
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -25,7 +26,7 @@ from app.admin.errors import AdminError, responses
 from app.admin.routes import AfterSeq, _require_admin
 from app.admission.tokens import token_hash
 from app.budgets import keys as budget_keys
-from app.budgets import escrow, pause, thresholds, windows
+from app.budgets import escrow, pause, rates, thresholds, windows
 from app.db.pool import durable
 
 router = APIRouter(prefix="/admin", tags=["budgets"], dependencies=[Depends(_require_admin)])
@@ -34,9 +35,10 @@ BudgetIdPath = Annotated[str, Path(pattern=schemas.BUDGET_ID_PATTERN, descriptio
 KeyIdPath = Annotated[str, Path(pattern=schemas.KEY_ID_PATTERN, description="The key's id.")]
 
 _COLUMNS = ("id", "parent_id", "depth", "request_limit", "token_limit", "cost_limit_usd", "window", "timezone",
-            "metadata", "thresholds")
+            "metadata", "thresholds", "model_limits", "requests_per_minute", "tokens_per_minute")
 _INSERT = ("INSERT INTO budgets (id, parent_id, depth, request_limit, token_limit, cost_limit_usd, \"window\","
-           " timezone, metadata, thresholds) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING *")
+           " timezone, metadata, thresholds, model_limits, requests_per_minute, tokens_per_minute)"
+           " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING *")
 _GET = "SELECT * FROM budgets WHERE id = $1"
 _LIST = ("SELECT * FROM budgets WHERE ($1::text IS NULL OR parent_id = $1) AND ($2::text IS NULL OR id > $2)"
          " ORDER BY id LIMIT $3")
@@ -46,7 +48,11 @@ _HISTORY = (f"SELECT w.*, {escrow.LEASE_SPENT} AS lease_spent FROM budget_window
             " WHERE budget_id = $1 AND window_start < $2 ORDER BY window_start DESC LIMIT 12")
 _TASKS = "SELECT count(*) FROM tasks WHERE budget_id = $1"
 _CHILDREN = "SELECT id FROM budgets WHERE parent_id = $1 ORDER BY id LIMIT 1000"
-_PATCHABLE = ("request_limit", "token_limit", "cost_limit_usd", "metadata", "thresholds")
+_PATCHABLE = ("request_limit", "token_limit", "cost_limit_usd", "metadata", "thresholds", "model_limits",
+              "requests_per_minute", "tokens_per_minute")
+#: Each glob's spend in the windows ``$2`` of the budgets ``$1``.
+_MODELS = ("SELECT m.* FROM budget_model_windows m JOIN unnest($1::text[], $2::timestamptz[]) AS k(b, s)"
+           " ON m.budget_id = k.b AND m.window_start = k.s ORDER BY m.model")
 #: Thresholds crossed in the windows ``$2`` of the budgets ``$1``, and in a budget's past windows.
 _WARNINGS = ("SELECT x.* FROM budget_warnings x JOIN unnest($1::text[], $2::timestamptz[]) AS k(b, s)"
              " ON x.budget_id = k.b AND x.window_start = k.s ORDER BY x.crossed_at, x.threshold")
@@ -66,6 +72,21 @@ def _not_found(budget_id: str, param: str = "budget_id") -> AdminError:
 
 def _dollars(value: Any) -> Any:
     return Decimal(str(value)) if value is not None else None
+
+
+def _model_limits(limits: list[schemas.ModelLimit] | None) -> list[dict[str, Any]] | None:
+    """``model_limits`` as stored (dollars as decimal strings; none: NULL)."""
+    if not limits:
+        return None
+    return [{"model": e.model, **({"cost_limit_usd": str(_dollars(e.cost_limit_usd))} if e.cost_limit_usd is not None
+                                  else {}), **({"token_limit": e.token_limit} if e.token_limit is not None else {})}
+            for e in limits]
+
+
+def _model_spend(row: Any) -> schemas.ModelSpend:
+    d = dict(row)
+    d["total_tokens"] = d["input_tokens"] + d["output_tokens"]
+    return schemas.ModelSpend.model_validate(d)
 
 
 def _spend(row: Any, start: datetime, end: datetime | None, warnings: list[Any]) -> schemas.WindowSpend:
@@ -93,13 +114,27 @@ async def _budgets(conn: asyncpg.Connection, rows: list[Any], at: datetime, *,
     crossed: dict[tuple[str, datetime], list[Any]] = {}
     for w in await conn.fetch(_WARNINGS, *keys):
         crossed.setdefault((w["budget_id"], w["window_start"]), []).append(w)
+    models: dict[str, list[schemas.ModelSpend]] = {}
+    if any(r["model_limits"] for r in rows):
+        for m in await conn.fetch(_MODELS, *keys):
+            models.setdefault(m["budget_id"], []).append(_model_spend(m))
+    rated = [r["id"] for r in rows if rates.rated(r)]
+    minutes = await rates.current(conn, rated, at) if rated else {}
     out = []
     for row, span in zip(rows, spans):
         d = dict(row)
         d["parent"] = d.pop("parent_id")
         d["thresholds"] = list(thresholds.thresholds_of(row["thresholds"]))
+        d["model_limits"] = [{**e, "cost_limit_usd": float(e["cost_limit_usd"])} if "cost_limit_usd" in e else e
+                             for e in row["model_limits"] or []]
+        if rates.rated(row):
+            m = minutes.get(row["id"])
+            d["minute"] = schemas.MinuteSpend(minute_start=rates.minute(at), resets_at=rates.minute(at)
+                                              + timedelta(minutes=1), requests=m["requests"] if m else 0,
+                                              tokens=m["tokens"] if m else 0)
         d["current"] = _spend(found.get((row["id"], span.start)), span.start, span.end,
                               crossed.get((row["id"], span.start), []))
+        d["current"].models = models.get(row["id"], [])
         if detail:
             d["tasks"] = await conn.fetchval(_TASKS, row["id"])
             d["children"] = [c["id"] for c in await conn.fetch(_CHILDREN, row["id"])]
@@ -124,6 +159,7 @@ async def create_budget(body: schemas.BudgetCreate, request: Request) -> schemas
     values["id"] = body.id or "budget_" + secrets.token_hex(6)
     values["parent_id"] = values.pop("parent")
     values["cost_limit_usd"] = _dollars(values["cost_limit_usd"])
+    values["model_limits"] = _model_limits(body.model_limits)
     values["depth"] = 1
     async with request.app.state.db.acquire() as conn, conn.transaction():
         await durable(conn)
@@ -179,6 +215,8 @@ async def update_budget(budget_id: BudgetIdPath, body: schemas.BudgetPatch, requ
         changes["metadata"] = {}
     if "cost_limit_usd" in changes:
         changes["cost_limit_usd"] = _dollars(changes["cost_limit_usd"])
+    if "model_limits" in changes:
+        changes["model_limits"] = _model_limits(changes["model_limits"])
     async with request.app.state.db.acquire() as conn, conn.transaction():
         row = await conn.fetchrow(_GET + " FOR UPDATE", budget_id)
         if row is None:

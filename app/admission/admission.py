@@ -252,7 +252,7 @@ async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, 
             agent_turn.remember(token_hash, task)
         active = task.active
         budgets = await budget_ledger.chain(conn, task.budget_id, task.id) if active and task.budget_id else []
-        metered = task.cost_limit_usd is not None or budget_ledger.needs_dollars(budgets)
+        metered = task.cost_limit_usd is not None or budget_ledger.needs_dollars(budgets, charge.model)
         if active:
             priced = charge_refusal(task, charge, metered=metered)
             if priced is not None:
@@ -272,7 +272,7 @@ async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, 
             reserved = None
             if budgets:
                 reserved = await budget_ledger.reserve(conn, holder, task.id, budgets, reservation,
-                                                       windows.now(settings.clock_offset_s))
+                                                       windows.now(settings.clock_offset_s), charge.model)
                 if reserved.verdict.decision is ceiling.Decision.HOLD:
                     raise _Held(task, policy, reservation, reserved.verdict)  # rolls back
                 if reserved.verdict.decision is ceiling.Decision.LATCH:
@@ -284,6 +284,8 @@ async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, 
                                                          [b for b, _ in keys], [w for _, w in keys]))
             held = await reservations.hold(conn, task.id, reservation, reservations.deadline_s(policy),
                                            keys, admission_key) if reservation else None
+            if reserved is not None and reserved.models:  # model limits' dollars in flight (app.budgets.model_limits)
+                await budget_ledger.hold_models(conn, held, reserved, reservation)
             return Admitted(admitted, Policy(admitted, settings), verdict, reservation,
                             charge.added_output_max(task, metered), held, keys,
                             budget_room=reserved.room if reserved is not None else None)

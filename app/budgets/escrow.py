@@ -66,11 +66,12 @@ WindowKey = tuple[str, datetime]
 #: it. The window row is read only for a budget with a token limit.
 _UNDER_TOKENS = ("(b.token_limit IS NULL OR (SELECT w.input_tokens + w.output_tokens FROM budget_windows w"
                  " WHERE w.budget_id = l.budget_id AND w.window_start = l.window_start) < b.token_limit)")
-#: Lease ``l`` of budget ``b`` can pay one request: some of it unspent, unexpired, granted under
-#: the budget's current request limit, in a chain without dollars, the budget not paused (read
-#: here, never cached: :mod:`app.budgets.pause`), its window under its token limit (SQL).
+#: Lease ``l`` of budget ``b`` can pay one request: some of it unspent, unexpired, granted under the budget's
+#: request limit, no dollars, model limits or rates (the locked path decides those), not paused (read here,
+#: never cached: :mod:`app.budgets.pause`), its window under its token limit (SQL).
 _PAYS = ("l.spent < l.granted AND l.expires_at > now() AND l.request_limit IS NOT DISTINCT FROM b.request_limit"
-         " AND b.cost_limit_usd IS NULL AND b.paused_at IS NULL AND " + _UNDER_TOKENS)
+         " AND b.cost_limit_usd IS NULL AND b.paused_at IS NULL AND b.model_limits IS NULL"
+         " AND b.requests_per_minute IS NULL AND b.tokens_per_minute IS NULL AND " + _UNDER_TOKENS)
 #: Spend one request from the holder's lease of each budget ``$3`` whose window holds
 #: ``$2`` (the gateway's window clock) and that can pay (:data:`_PAYS`), locked root
 #: first. The window rows are read, never locked.
@@ -221,10 +222,12 @@ _FIRST_SIGHT = """
          WHERE {column} = $1 AND {ADMISSIBLE}
         RETURNING *),
     up AS (
-        SELECT b.id, b.parent_id, b.depth, b.request_limit, b.token_limit, b.cost_limit_usd, b.paused_at
+        SELECT b.id, b.parent_id, b.depth, b.request_limit, b.token_limit, b.cost_limit_usd, b.paused_at,
+               b.model_limits, b.requests_per_minute, b.tokens_per_minute
           FROM budgets b JOIN counted ON b.id = counted.budget_id
         UNION ALL
-        SELECT b.id, b.parent_id, b.depth, b.request_limit, b.token_limit, b.cost_limit_usd, b.paused_at
+        SELECT b.id, b.parent_id, b.depth, b.request_limit, b.token_limit, b.cost_limit_usd, b.paused_at,
+               b.model_limits, b.requests_per_minute, b.tokens_per_minute
           FROM budgets b JOIN up ON b.id = up.parent_id),
     mine AS (
         SELECT l.budget_id, l.window_start FROM budget_leases l JOIN up b ON b.id = l.budget_id

@@ -34,6 +34,7 @@ settlement and sweeper never both release one hold.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,7 +45,7 @@ import asyncpg
 
 from app import events
 from app.admission.ceiling import Decision
-from app.budgets import escrow, pause, room, windows
+from app.budgets import escrow, model_limits, pause, rates, room, windows
 from app.budgets.escrow import NeedsLease, WindowKey
 from app.budgets.room import Room
 from app.budgets.escrow import budgeted, remember
@@ -55,8 +56,8 @@ from app.db.pool import RELAXED_COMMIT
 from app.errors import GatewayError
 from app.settings import Settings
 
-__all__ = ["NeedsLease", "Reserved", "WindowKey", "announce", "budgeted", "chain", "fast_admit", "lease_slot", "mark_exhausted",
-           "needs_dollars", "remember", "reserve", "settle", "take"]
+__all__ = ["NeedsLease", "Reserved", "WindowKey", "announce", "budgeted", "chain", "fast_admit", "hold_models",
+           "lease_slot", "mark_exhausted", "needs_dollars", "remember", "reserve", "settle", "settles_apart", "take"]
 
 _CHAIN = escrow.CHAIN
 _RESERVE = (
@@ -99,6 +100,7 @@ class Reserved:
     windows: tuple[WindowKey, ...] = ()
     refused: WindowKey | None = None  # the window of the budget that held or refused it
     room: Room | None = None  # what the chain has left once this request is counted (app.budgets.room)
+    models: tuple[model_limits.ModelKey, ...] = ()  # the model-limit rows it was counted in
 
 
 async def chain(conn: asyncpg.Connection, budget_id: str, task_id: str | None = None) -> list[dict[str, Any]]:
@@ -115,29 +117,74 @@ async def chain(conn: asyncpg.Connection, budget_id: str, task_id: str | None = 
     return rows
 
 
-def needs_dollars(budgets: Sequence[Any]) -> bool:
-    """Whether any budget of the chain has a dollar ceiling."""
-    return any(b["cost_limit_usd"] is not None for b in budgets)
+def needs_dollars(budgets: Sequence[Any], model: str | None = None) -> bool:
+    """Whether any budget of the chain has a dollar ceiling, or a dollar limit for
+    ``model`` (:mod:`app.budgets.model_limits`)."""
+    return any(b["cost_limit_usd"] is not None for b in budgets) or model_limits.metered(budgets, model)
+
+
+def _locked(budgets: Sequence[Any]) -> bool:
+    """Whether the chain is decided on its locked windows: a dollar ceiling, a model
+    limit or a rate anywhere in it (never on an escrow lease)."""
+    return any(b["cost_limit_usd"] is not None or b.get("model_limits") or rates.rated(b) for b in budgets)
+
+
+#: Budgets whose settlement does more than their windows', as this process last admitted
+#: them: their model globs and whether they count tokens per minute.
+_apart: dict[str, tuple[tuple[str, ...], bool]] = {}
+
+
+def _note(budgets: Sequence[Any]) -> None:
+    for b in budgets:
+        globs = tuple(e["model"] for e in model_limits.entries(b))
+        if globs or b.get("tokens_per_minute") is not None:
+            _apart[b["id"]] = (globs, b.get("tokens_per_minute") is not None)
+        else:
+            _apart.pop(b["id"], None)
+
+
+def settles_apart(keys: Sequence[WindowKey]) -> bool:
+    """Whether a request counted in ``keys`` settles through :func:`settle` (a budget of
+    them has model limits or a token rate), not in the statement recording the response."""
+    return bool(_apart) and any(k[0] in _apart for k in keys)
 
 
 async def reserve(conn: asyncpg.Connection, holder: str, task_id: str, budgets: Sequence[dict[str, Any]],
-                  worst_usd: Decimal, at: datetime) -> Reserved:
+                  worst_usd: Decimal, at: datetime, model: str | None = None) -> Reserved:
     """Count the request of ``task_id`` in the current window of every budget of its
     chain (``budgets``, root first), reserving ``worst_usd`` where a dollar ceiling
     applies; or the verdict that refuses (held, exhausted). Call inside the admission
     transaction, with a lease ``holder`` checked out (:func:`lease_slot`); a refusal
     must roll it back. Raises :class:`NeedsLease` when the holder's escrow leases cannot
-    pay (roll back, :func:`take`, admit again)."""
+    pay (roll back, :func:`take`, admit again).
+
+    A chain with a dollar ceiling, a model limit or a rate locks its windows instead; a
+    glob of ``model`` that ran out refuses like an exhausted budget (its verdict), a rate
+    raises 429 ``rate_limited`` (:mod:`app.budgets.rates`; roll back)."""
     keys = [(b["id"], windows.span(b["window"], b["timezone"], at).start) for b in budgets]
-    if not needs_dollars(budgets):
+    if not _locked(budgets):
         left = await escrow.spend(conn, holder, task_id, budgets, at)
         return Reserved(Verdict(Decision.ADMIT), tuple(keys), room=left)
+    _note(budgets)
     keys, rows = await escrow.lock_windows(conn, budgets, at)
     verdict = await escrow.decide(conn, budgets, keys, rows, worst_usd)
+    counted: list[model_limits.ModelKey] = []
+    if verdict.decision is Decision.ADMIT:
+        verdict, counted = await model_limits.check(conn, budgets, keys, rows, model, worst_usd)
     if verdict.decision is not Decision.ADMIT:
         return Reserved(verdict, refused=next(k for k in keys if k[0] == verdict.budget_id))
+    await rates.take(conn, task_id, budgets, at)
     await conn.execute(_RESERVE, [k[0] for k in keys], [k[1] for k in keys], worst_usd)
-    return Reserved(verdict, tuple(keys), room=room.of_locked(budgets, rows, worst_usd))
+    await model_limits.count(conn, counted)
+    return Reserved(verdict, tuple(keys), room=room.of_locked(budgets, rows, worst_usd), models=tuple(counted))
+
+
+async def hold_models(conn: asyncpg.Connection, reservation_id: int | None, reserved: Reserved, usd: Decimal) -> None:
+    """Hold the request's worst case ``usd`` in the model-limit rows it was counted in, for
+    as long as its ``reservations`` row ``reservation_id`` exists (after
+    :func:`app.admission.reservations.hold`, in the admission's transaction)."""
+    if reservation_id is not None and reserved.models:
+        await model_limits.hold(conn, reservation_id, reserved.models, usd)
 
 
 async def take(conn: asyncpg.Connection, need: NeedsLease,
@@ -152,12 +199,16 @@ async def take(conn: asyncpg.Connection, need: NeedsLease,
 
 
 async def settle(conn: asyncpg.Connection, keys: Sequence[WindowKey], input_tokens: int, output_tokens: int,
-                 cost_usd: Decimal, release_usd: Decimal, reservation_id: int | None) -> list[tuple[str, Decimal]]:
+                 cost_usd: Decimal, release_usd: Decimal, reservation_id: int | None,
+                 model: str | None = None, at: datetime | None = None) -> list[tuple[str, Decimal]]:
     """Add a finished request's tokens and dollars to the windows it was reserved in and
     release its reservation, unless the sweeper released it (a gateway that was taken for
     dead; :mod:`app.admission.reservations`): exactly once either way. Runs before the
     task's own settlement deletes the ``reservations`` row. Returns each budget's settled
-    dollars in that window now."""
+    dollars in that window now. A budget with model limits also settles the rows of the
+    globs matching ``model``, one with ``tokens_per_minute`` the tokens into the minute of
+    ``at`` (default: now; :func:`settles_apart`), after the windows: the order admission
+    locks in (windows, then the globs' rows, then the minute's)."""
     if reservation_id is not None and release_usd:
         if await conn.fetchval(_TAKE_HOLD, reservation_id) is None:
             release_usd = Decimal(0)  # the sweeper released it: the gateway was taken for dead
@@ -168,7 +219,18 @@ async def settle(conn: asyncpg.Connection, keys: Sequence[WindowKey], input_toke
                                   release_usd)
         if row is not None:
             spent.append((row["budget_id"], row["cost_usd"]))
+    if _apart and any(k[0] in _apart for k in keys):
+        await _settle_apart(conn, keys, input_tokens + output_tokens, input_tokens, output_tokens, cost_usd, model, at)
     return spent
+
+
+async def _settle_apart(conn: asyncpg.Connection, keys: Sequence[WindowKey], tokens: int, input_tokens: int,
+                        output_tokens: int, cost_usd: Decimal, model: str | None, at: datetime | None) -> None:
+    notes = [(k, _apart[k[0]]) for k in keys if k[0] in _apart]
+    rows = [(b, s, g) for (b, s), (globs, _) in notes for g in globs
+            if model is not None and fnmatch.fnmatchcase(model, g)]
+    await model_limits.settle(conn, rows, input_tokens, output_tokens, cost_usd)
+    await rates.settle(conn, [b for (b, _), (_, tpm) in notes if tpm], tokens, at or windows.now())
 
 
 async def mark_exhausted(conn: asyncpg.Connection, key: WindowKey) -> bool:
@@ -185,7 +247,7 @@ async def announce(conn: asyncpg.Connection, key: WindowKey, verdict: Verdict, r
     first refusal (across processes: a conditional ``UPDATE``) also emits
     :data:`app.events.BUDGET_EXHAUSTED`."""
     events.BUDGET_REFUSED.emit(events.BudgetRefused(key[0], refusal))
-    if key in _announced:
+    if key in _announced or verdict.what == model_limits.MODEL_LIMIT:  # one glob ran out, not the window
         return
     if len(_announced) > 10_000:
         _announced.clear()

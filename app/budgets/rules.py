@@ -77,6 +77,10 @@ def chain_verdict(verdicts: Sequence[Verdict]) -> Verdict:
 def exhausted_sentence(verdict: Verdict) -> str:
     """What ran out, in words, e.g. ``"all 250 requests of its request_limit"``."""
     d = verdict.detail
+    if verdict.what == "model_limit":  # app.budgets.model_limits: one glob ran out, other models go on
+        spent = exhausted_sentence(Verdict(verdict.decision, verdict.budget_id, d["limit"], d))
+        return (f"its limit for models '{d['model']}' (this request's model '{d['requested_model']}'): {spent}; "
+                "requests to other models are still admitted")
     if verdict.what == "request_limit":
         return f"all {d['request_limit']} requests of its request_limit are used"
     if verdict.what == "token_limit":
@@ -107,12 +111,13 @@ def budget_reserved(task_id: str, verdict: Verdict, waited_s: float, wait_s: flo
     """429 ``cost_reserved``: the budget ``verdict.budget_id`` held the request for its
     whole wait (its dollars are held by requests in flight). Not counted; retry later."""
     d = verdict.detail
+    for_models = f" for models '{d['model']}'" if verdict.what == "model_limit" else ""
     return GatewayError(
         429, "rate_limit_error", "cost_reserved",
         f"Budget '{verdict.budget_id}' of task '{task_id}' has {dollars(Decimal(d['cost_usd']))} spent and "
         f"{dollars(Decimal(d['reserved_usd']))} held by requests in flight; this request could cost up to "
         f"{dollars(Decimal(d['request_reservation_usd']))}, which fits under its cost_limit_usd of "
-        f"{dollars(Decimal(d['cost_limit_usd']))} only once they settle. Waited {waited_s:.1f} s. "
+        f"{dollars(Decimal(d['cost_limit_usd']))}{for_models} only once they settle. Waited {waited_s:.1f} s. "
         "Nothing was forwarded or counted; retry later.",
         {"retry-after": str(retry_after_s(wait_s)), "x-should-retry": "true",
          "x-taskgate-budget": str(verdict.budget_id)})

@@ -30,6 +30,38 @@ def _limit_options(fn: Command) -> Command:
     return fn
 
 
+def _rate_options(fn: Command) -> Command:
+    fn = click.option("--model-limit", "model_limit", multiple=True, metavar="GLOB:cost=USD:tokens=N",
+                      help="A limit per window for the models matching GLOB, e.g. 'gpt-4*:cost=50' (repeat for "
+                      "more; replaces the list); 'none' removes them.")(fn)
+    for name, help_ in reversed((("--requests-per-minute", "Requests admitted per minute (429 over it)."),
+                                 ("--tokens-per-minute", "Tokens reported per minute (429 once reached)."))):
+        fn = click.option(name, type=OptionalNumber(int), default=None, help=help_ + " 'none' removes it.")(fn)
+    return fn
+
+
+def _model_limit(text: str) -> dict[str, Any]:
+    """One ``--model-limit``: ``GLOB:cost=USD:tokens=N`` (either or both limits)."""
+    parts = text.split(":")
+    entry: dict[str, Any] = {}
+    while len(parts) > 1 and parts[-1].split("=", 1)[0] in ("cost", "tokens") and "=" in parts[-1]:
+        name, value = parts.pop().split("=", 1)
+        try:
+            entry["cost_limit_usd" if name == "cost" else "token_limit"] = float(value) if name == "cost" \
+                else int(value)
+        except ValueError:
+            raise click.BadParameter(f"{text!r}: {name}= takes a number", param_hint="--model-limit") from None
+    return {"model": ":".join(parts), **entry}
+
+
+def _rates(requests_per_minute: Any, tokens_per_minute: Any, model_limit: tuple[str, ...]) -> dict[str, Any]:
+    body = {k: (None if v == "none" else v) for k, v in (("requests_per_minute", requests_per_minute),
+                                                         ("tokens_per_minute", tokens_per_minute)) if v is not None}
+    if model_limit:
+        body["model_limits"] = [] if model_limit == ("none",) else [_model_limit(t) for t in model_limit]
+    return body
+
+
 def _thresholds(text: str | None) -> dict[str, Any]:
     """``--thresholds``: "50,80,95" (percents), "none" (no warnings) or "default"."""
     if text is None:
@@ -86,6 +118,18 @@ def show_budget(b: JsonObject) -> None:
     crossed = ", ".join(f"{w['threshold']:g} % of {w['limit']}" for w in cur.get("warnings") or [])
     table.add_row("warnings", (", ".join(f"{t:g} %" for t in b.get("thresholds") or []) or "none")
                   + (f"; crossed this window: {crossed}" if crossed else ""))
+    rates = [f"{b[k]} {unit}/min" for k, unit in (("requests_per_minute", "requests"), ("tokens_per_minute", "tokens"))
+             if b.get(k) is not None]
+    if rates:
+        minute = b.get("minute") or {}
+        table.add_row("rates", ", ".join(rates) + f" (this minute: {minute.get('requests', 0)} requests, "
+                      f"{minute.get('tokens', 0)} tokens)")
+    spent = {m["model"]: m for m in cur.get("models") or []}
+    for e in b.get("model_limits") or []:
+        m = spent.get(e["model"], {"total_tokens": 0, "cost_usd": 0})
+        limits = [_of(m["total_tokens"], e["token_limit"]) + " tokens" if e.get("token_limit") is not None else "",
+                  _cost(m | {"reserved_usd": 0}, e["cost_limit_usd"]) if e.get("cost_limit_usd") is not None else ""]
+        table.add_row(f"model {e['model']}", ", ".join(x for x in limits if x))
     if b.get("paused_at"):
         table.add_row("[bold red]paused[/bold red]", f"since {render.when(b['paused_at'])} by {b.get('paused_by')}: "
                       f"{b.get('paused_reason')} (every task under it is refused)")
@@ -132,12 +176,14 @@ def show(api: AdminClient, as_json: bool, budget_id: str) -> None:
 @click.option("--timezone", default="UTC", show_default=True, help="IANA timezone of the window.")
 @click.option("--thresholds", default=None, help=_THRESHOLDS_HELP)
 @_limit_options
+@_rate_options
 @admin_command
 def create(api: AdminClient, as_json: bool, budget_id: str | None, parent: str | None, window: str | None,
-           timezone: str, thresholds: str | None, request_limit: Any, token_limit: Any, cost_limit: Any) -> None:
+           timezone: str, thresholds: str | None, request_limit: Any, token_limit: Any, cost_limit: Any,
+           **rates: Any) -> None:
     """Create a budget."""
-    body: dict[str, Any] = {"window": window, "timezone": timezone,
-                            **_limits(request_limit, token_limit, cost_limit), **_thresholds(thresholds)}
+    body: dict[str, Any] = {"window": window, "timezone": timezone, **_limits(request_limit, token_limit, cost_limit),
+                            **_thresholds(thresholds), **_rates(**rates)}
     if budget_id:
         body["id"] = budget_id
     if parent:
@@ -150,11 +196,12 @@ def create(api: AdminClient, as_json: bool, budget_id: str | None, parent: str |
 @click.argument("budget_id")
 @click.option("--thresholds", default=None, help=_THRESHOLDS_HELP + " 'default' restores 50,80,95.")
 @_limit_options
+@_rate_options
 @admin_command
 def update(api: AdminClient, as_json: bool, budget_id: str, thresholds: str | None, request_limit: Any,
-           token_limit: Any, cost_limit: Any) -> None:
-    """Change a budget's limits ('none' removes one) or its warning thresholds."""
-    body = {**_limits(request_limit, token_limit, cost_limit), **_thresholds(thresholds)}
+           token_limit: Any, cost_limit: Any, **rates: Any) -> None:
+    """Change a budget's limits, rates or model limits ('none' removes one) or its warning thresholds."""
+    body = {**_limits(request_limit, token_limit, cost_limit), **_thresholds(thresholds), **_rates(**rates)}
     if not body:
         raise click.UsageError("give at least one limit or --thresholds to change")
     b = api.request("PATCH", f"/admin/budgets/{budget_id}", json=body)

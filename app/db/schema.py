@@ -223,6 +223,10 @@ budgets = Table(
     Column("paused_reason", Text),
     # warning thresholds (migration 0017): percents of each limit; NULL: 50, 80, 95
     Column("thresholds", ARRAY(Float)),
+    # per-model limits and rates (migration 0019, app.budgets.model_limits, app.budgets.rates)
+    Column("model_limits", JSONB),
+    Column("requests_per_minute", BigInteger),
+    Column("tokens_per_minute", BigInteger),
     CheckConstraint("depth BETWEEN 1 AND 4", name="ck_budgets_depth"),
     CheckConstraint("\"window\" IS NULL OR \"window\" IN ('day', 'week', 'month')", name="ck_budgets_window"),
 )
@@ -292,6 +296,40 @@ budget_warnings = Table(
     Column("crossed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
+#: Per-model spend of a budget window (migration 0019): one row per budget, window and
+#: model glob of its ``model_limits``; in-flight dollars are ``budget_model_holds`` rows
+#: whose ``reservations`` row still exists.
+budget_model_windows = Table(
+    "budget_model_windows",
+    metadata,
+    Column("budget_id", Text, ForeignKey("budgets.id", ondelete="CASCADE"), primary_key=True),
+    Column("window_start", DateTime(timezone=True), primary_key=True),
+    Column("model", Text, primary_key=True),
+    Column("admitted_requests", BigInteger, nullable=False, server_default=text("0")),
+    Column("input_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("output_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("cost_usd", Numeric(20, 10), nullable=False, server_default=text("0")),
+)
+budget_model_holds = Table(
+    "budget_model_holds",
+    metadata,
+    Column("reservation_id", BigInteger, primary_key=True),
+    Column("budget_id", Text, ForeignKey("budgets.id", ondelete="CASCADE"), primary_key=True),
+    Column("model", Text, primary_key=True),
+    Column("window_start", DateTime(timezone=True), nullable=False),
+    Column("usd", Numeric(20, 10), nullable=False),
+    Index("ix_budget_model_holds_window", "budget_id", "window_start", "model"),
+)
+#: A rated budget's minute (migration 0019): requests admitted, tokens reported in it.
+budget_rates = Table(
+    "budget_rates",
+    metadata,
+    Column("budget_id", Text, ForeignKey("budgets.id", ondelete="CASCADE"), primary_key=True),
+    Column("minute_start", DateTime(timezone=True), primary_key=True),
+    Column("requests", BigInteger, nullable=False, server_default=text("0")),
+    Column("tokens", BigInteger, nullable=False, server_default=text("0")),
+)
+
 #: Budget keys: an API key (only its SHA-256 stored) whose every agent run gets its own
 #: task, created from ``template`` (the fields ``POST /admin/tasks`` takes).
 budget_keys = Table(
@@ -324,7 +362,6 @@ admissions = Table(
     Column("settled_at", DateTime(timezone=True)),
     Index("ix_admissions_admitted_at", "admitted_at", postgresql_using="brin"),
 )
-
 
 #: What ``GET /admin/spend`` exports (migration 0018, :mod:`app.db.spend`): per task, model
 #: (``''`` unknown) and UTC day, the requests settled with their tokens and dollars,

@@ -212,8 +212,8 @@ class Accounting:
         # one window and no hold to release (the escrow lease path): settled with the task's
         # usage, in its statement; else first, on its own: it releases the budget windows
         # only while the hold's row is there
-        in_window = (self.budget_windows[0] if len(self.budget_windows) == 1
-                     and not (settlement is not None and settlement.release_usd) else None)
+        in_window = (self.budget_windows[0] if len(self.budget_windows) == 1 and not budget_ledger.settles_apart(
+            self.budget_windows) and not (settlement is not None and settlement.release_usd) else None)
         in_budgets = bool(self.budget_windows and in_window is None
                           and (summary.usage is not None or settlement is not None))
         recorded = bool(summary.tool_calls or summary.usage is not None or settlement is not None
@@ -289,7 +289,7 @@ class Accounting:
             spent = await budget_ledger.settle(
                 conn, self.budget_windows, usage.input_tokens if usage else 0, usage.output_tokens if usage else 0,
                 settlement.cost_usd if settlement else Decimal(0), settlement.release_usd if settlement else Decimal(0),
-                self.reservation_id)
+                self.reservation_id, self.model)
         for budget_id, cost_usd in spent:
             events.BUDGET_SPENT.emit(events.BudgetSpent(budget_id, cost_usd))
 
