@@ -7,6 +7,7 @@ Schema's own ``regex`` format means ECMA-262, which refuses ``(?i)`` and named g
 from __future__ import annotations
 
 import re
+from datetime import date, timedelta
 
 import schemathesis
 from hypothesis import strategies as st
@@ -18,3 +19,25 @@ PYTHON_REGEX = st.one_of(
     _TEXT.map(re.escape),
 )
 schemathesis.openapi.format("python-regex", PYTHON_REGEX)
+
+
+@schemathesis.hook("map_query").apply_to(path="/admin/spend")
+def spend_days(ctx: schemathesis.HookContext, query: dict | None) -> dict | None:  # type: ignore[type-arg]
+    """``/admin/spend``: ``from`` no later than ``to`` and at most 366 days before it (what
+    the schema's two ``format: date`` parameters cannot say); a ``to`` that is not a date is
+    left alone (a negative case)."""
+    if not isinstance(query, dict) or not isinstance(query.get("from"), str):
+        return query
+    try:
+        first = date.fromisoformat(query["from"])
+    except ValueError:
+        return query
+    if "to" not in query:
+        return {**query, "to": first.isoformat()}
+    try:
+        last = date.fromisoformat(query["to"]) if isinstance(query["to"], str) else None
+    except ValueError:
+        return query
+    if last is not None and not timedelta(0) <= last - first <= timedelta(days=365):
+        return {**query, "to": first.isoformat()}
+    return query

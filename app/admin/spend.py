@@ -11,8 +11,9 @@ metadata's ``run``), ``model`` the model the client asked for (``null``: unknown
 
 Days are UTC; a request is dated by its settlement (its last byte). ``from`` and ``to``
 (ISO dates, or date-times taken at their UTC day) are both included; default: the 30
-days up to today. ``format``: ``json`` (a page with ``next``), ``csv`` or ``jsonl``
-(the next page in a ``Link: <...>; rel="next"`` header). Errors in the admin API's
+days up to today (``from`` alone: up to today or its 366th day, whichever is first).
+``format``: ``json`` (a page with ``next``), ``csv`` or ``jsonl`` (the next page in a
+``Link: <...>; rel="next"`` header). Errors in the admin API's
 shape: 422 ``validation_error`` for an unknown ``group_by`` key, a date that is not ISO
 8601, ``from`` after ``to``, or a range longer than :data:`MAX_DAYS` days.
 """
@@ -45,7 +46,9 @@ KEYS: dict[str, str] = {
 }
 #: ``group_by`` as the OpenAPI document describes it (checked by :func:`keys_of`, whose
 #: message names the key at fault).
-GROUP_BY = "^(budget|task|run|model|day)?(,(budget|task|run|model|day))*$"
+GROUP_BY = ("^[ \\t\\r\\n]*((budget|task|run|model|day)[ \\t\\r\\n]*"
+            "(,[ \\t\\r\\n]*(budget|task|run|model|day)[ \\t\\r\\n]*)*)?$")
+_BLANK = " \t\r\n"
 METRICS = ("requests", "input_tokens", "output_tokens", "total_tokens", "cost_usd")
 #: Each budget with itself and its ancestors (``rollup``): a budget's row holds its nested budgets'.
 _CHAIN = """chain(budget_id, rollup) AS (
@@ -73,7 +76,7 @@ class SpendPage(BaseModel):
 
 def _day(value: str | None, param: str) -> date | None:
     """An ISO date, or a date-time at its UTC day (UTC when it names no zone)."""
-    if value is None or value == "":
+    if value is None:
         return None
     try:
         if len(value) == 10:
@@ -85,13 +88,24 @@ def _day(value: str | None, param: str) -> date | None:
                          "1 to 9999 (e.g. 2026-12-01 or 2026-12-01T00:00:00Z).", f"query.{param}") from None
 
 
+def _plus(day: date, days: int) -> date:
+    """``day`` moved by ``days``, held within the calendar's years 1 to 9999."""
+    try:
+        return day + timedelta(days=days)
+    except OverflowError:
+        return date.min if days < 0 else date.max
+
+
 def span(from_text: str | None, to_text: str | None, today: date) -> tuple[date, date]:
-    """The UTC days ``(first, last)`` of a query (both included; pure). Default: the
-    :data:`DEFAULT_DAYS` days up to ``to`` (today). 422 when ``from`` is after ``to`` or the
-    range is longer than :data:`MAX_DAYS` days."""
-    last = _day(to_text, "to") or today
-    first = _day(from_text, "from") or (last - timedelta(days=DEFAULT_DAYS - 1) if last.toordinal() >= DEFAULT_DAYS
-                                        else date.min)
+    """The UTC days ``(first, last)`` of a query (both included; pure). Defaults: ``from``
+    the :data:`DEFAULT_DAYS` days up to ``to``; ``to`` today, but within :data:`MAX_DAYS`
+    days from ``from`` (and not before it). 422 when ``from`` is after ``to`` or the range
+    is longer than :data:`MAX_DAYS` days."""
+    first, last = _day(from_text, "from"), _day(to_text, "to")
+    if last is None:
+        last = today if first is None else max(first, min(today, _plus(first, MAX_DAYS - 1)))
+    if first is None:
+        first = _plus(last, 1 - DEFAULT_DAYS)
     if first > last:
         raise AdminError(422, "validation_error", f"query.from: {first} is after to ({last}).", "query.from")
     if (last - first).days + 1 > MAX_DAYS:
@@ -103,12 +117,14 @@ def span(from_text: str | None, to_text: str | None, today: date) -> tuple[date,
 def keys_of(text: str) -> list[str]:
     """``group_by`` as a list of known keys, in order, each once (``""``: none, one total
     row); 422 naming the position of an unknown key (never echoing the input)."""
-    keys = [k.strip() for k in text.split(",")]
+    if not text.strip(_BLANK):
+        return []
+    keys = [k.strip(_BLANK) for k in text.split(",")]
     for n, k in enumerate(keys, 1):
-        if k and k not in KEYS:
+        if k not in KEYS:
             raise AdminError(422, "validation_error", f"query.group_by: key {n} is not a key to group by; use "
                              f"any of {', '.join(KEYS)}, separated by commas.", "query.group_by")
-    return list(dict.fromkeys(k for k in keys if k))
+    return list(dict.fromkeys(keys))
 
 
 def query(keys: list[str]) -> str:
@@ -152,7 +168,8 @@ async def spend(request: Request,
                                           description=("First UTC day (ISO date, or a date-time taken at its UTC "
                                                        "day); default 29 days before to.")),
                 to: str | None = Query(None, max_length=40, json_schema_extra={"format": "date"},
-                                       description="Last UTC day, included (as from); default today."),
+                                       description=("Last UTC day, included (as from); default today, or the 366th "
+                                                    "day from from when that is earlier.")),
                 format: Literal["json", "csv", "jsonl"] = Query("json", description="json, csv or jsonl."),
                 limit: int = Query(1000, ge=1, le=10_000, description="Rows per page."),
                 offset: int = Query(0, ge=0, le=10_000_000, description="Rows to skip (see next).")) -> Any:
