@@ -94,3 +94,59 @@ def test_every_file_is_loaded_by_a_migration_as_it_is_now():
         assert digest == sql.function_digest(name), (
             f"{name} changed since {migration} loaded it: add a migration that loads it and pins "
             f"{sql.function_digest(name)} (app/db/sql/__init__.py)")
+
+
+def _same(text: str) -> str:
+    """SQL compared as tokens: whitespace runs, and whitespace inside parentheses, ignored."""
+    return " ".join(text.split()).replace("( ", "(").replace(" )", ")")
+
+
+def _ledger_compositions() -> dict[str, str]:
+    """The guard ledger's statements as ``app.guard.ledger`` built them from fragments
+    before they were written out in ``app/db/sql/ledger.sql``, from the fragments their
+    modules still own (the relaxed commit, the spend CTE, the answer upsert, the window
+    columns): a fragment changed there without the file turns this red."""
+    from app.db.pool import RELAXED_COMMIT
+    from app.db.spend import spent
+    from app.guard.conversations import ANSWER_OF_TASK
+    from app.guard.ledger_rows import WINDOW_COLUMNS
+
+    held = "held AS (DELETE FROM reservations WHERE id = $6 RETURNING id)"
+    usage = ("UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,"
+             " cost_usd = cost_usd + $4, updated_at = now(), reserved_usd = reserved_usd"
+             " - CASE WHEN $6::bigint IS NULL OR held.n > 0 THEN $5::numeric ELSE 0 END"
+             f" FROM {RELAXED_COMMIT}, (SELECT count(*) AS n FROM held) AS held WHERE tasks.id = $1")
+    task = f"WITH {held}, task AS ({usage} RETURNING tasks.id, tasks.budget_id{{more}}), "
+    in_window = ("settled AS (UPDATE budget_windows w SET input_tokens = w.input_tokens + ${input},"
+                 " output_tokens = w.output_tokens + ${output}, cost_usd = w.cost_usd + ${cost}"
+                 " FROM {after} WHERE w.budget_id = ${window} AND w.window_start = ${start}"
+                 " RETURNING w.budget_id, w.cost_usd)")
+    settled = ", (SELECT budget_id FROM settled) AS settled_budget_id, (SELECT cost_usd FROM settled) AS settled_cost_usd"
+    answer = (task.format(more=", tasks.status, tasks.loop_guard") + spent("task", model=10, input=2, output=3, cost=4)
+              + ", answer AS (" + ANSWER_OF_TASK.format(task="task", key="$7", text="$8", repeat="$9") + "){settle}"
+              " SELECT task.status, task.loop_guard, (SELECT response_streak FROM answer) AS answer_streak{settled}"
+              " FROM task")
+    record = ("WITH f AS (SELECT * FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
+              " $13)), " + spent("f", row="(f.task)", model=14, input=5, output=6, cost=7))
+    columns = (" SELECT (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS"
+               " response_conversation_calls," + WINDOW_COLUMNS)
+    return {
+        "ledger_add_usage": task.format(more="") + spent("task", model=7, input=2, output=3, cost=4) + " SELECT 1",
+        "ledger_add_usage_in_window": (
+            task.format(more="") + spent("task", model=7, input=2, output=3, cost=4) + ", "
+            + in_window.format(after="task", input=2, output=3, cost=4, window=8, start=9)
+            + " SELECT budget_id AS settled_budget_id, cost_usd AS settled_cost_usd FROM settled"),
+        "ledger_add_answer": answer.format(settle="", settled=""),
+        "ledger_add_answer_in_window": answer.format(
+            settle=", " + in_window.format(after="task", input=2, output=3, cost=4, window=11, start=12),
+            settled=settled),
+        "ledger_record_response": record + columns + " FROM f",
+        "ledger_record_response_in_window": (
+            record + ", " + in_window.format(after="f", input=5, output=6, cost=7, window=15, start=16)
+            + columns + settled + " FROM f"),
+    }
+
+
+def test_the_written_out_statements_hold_their_shared_fragments():
+    for name, composed in _ledger_compositions().items():
+        assert _same(sql.statement(name)) == _same(composed), name

@@ -36,12 +36,11 @@ import asyncpg
 
 from app import events
 from app.db import tasks as task_rows
-from app.db.pool import RELAXED_COMMIT
-from app.db.spend import spent
+from app.db import sql
 from app.guard import conversations, known_windows
 from app.guard.conversation_rules import answer_repeats, repeated_response
 from app.guard.detector import MIN_WINDOW, Action, CallRecord, Thresholds, Verdict, detect, window_size
-from app.guard.ledger_rows import WINDOW_COLUMNS, call_rows, result_rows, window_records
+from app.guard.ledger_rows import call_rows, result_rows, window_records
 from app.guard.normalize import Normalizer
 from app.guard.policy import Policy, response_repeats, rule_action
 from app.guard.result_prints import RequestPrints, config_for, fingerprints
@@ -54,93 +53,17 @@ if TYPE_CHECKING:  # the settlement is admission's; the ledger only writes its n
 
 logger = logging.getLogger(__name__)
 
-# One statement per batch (arrays unnested server-side): a request's calls and results
-# cost one round trip each, however many there are.
-_INSERT_CALLS = (
-    "INSERT INTO tool_calls (task_id, call_id, conversation_key, tool_name, arguments_hash, arguments_preview)"
-    " SELECT $1, c.call_id, $2, c.tool_name, c.arguments_hash, c.arguments_preview"
-    " FROM unnest($3::text[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY"
-    "   AS c(call_id, tool_name, arguments_hash, arguments_preview, n) ORDER BY c.n"
-    " ON CONFLICT (task_id, call_id) DO NOTHING RETURNING call_id"
-)
-_COMPLETE_CALLS = (
-    "UPDATE tool_calls t SET result_hash = r.result_hash, is_error = r.is_error, is_empty = r.is_empty,"
-    " raw_result_hash = r.raw_result_hash, completed_at = now()"
-    " FROM unnest($2::text[], $3::text[], $4::bool[], $5::bool[], $6::text[])"
-    "   AS r(call_id, result_hash, is_error, is_empty, raw_result_hash)"
-    " WHERE t.task_id = $1 AND t.call_id = r.call_id AND t.result_hash IS NULL RETURNING t.call_id"
-)
-_HISTORY = (
-    "SELECT call_id, tool_name, arguments_hash, result_hash, is_error, is_empty FROM tool_calls"
-    " WHERE task_id = $1 AND conversation_key = $2 ORDER BY seq DESC LIMIT $3"
-)
-_COUNT_CALLS = (
-    "UPDATE tasks SET tool_calls = tool_calls + $2, updated_at = now() WHERE id = $1 RETURNING tool_calls"
-)
-# The hold's row ($6, app.admission.reservations) goes in the same statement; its amount
-# is released only if the row was still there (a sweep or an admin may have released it).
-_HELD = "held AS (DELETE FROM reservations WHERE id = $6 RETURNING id)"
-_USAGE = (
-    "UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,"
-    " cost_usd = cost_usd + $4, updated_at = now(), reserved_usd = reserved_usd"
-    "   - CASE WHEN $6::bigint IS NULL OR held.n > 0 THEN $5::numeric ELSE 0 END"
-    f" FROM {RELAXED_COMMIT}, (SELECT count(*) AS n FROM held) AS held WHERE tasks.id = $1"
-)
-_TASK = f"WITH {_HELD}, task AS ({_USAGE} RETURNING tasks.id, tasks.budget_id{{more}}), "
-_ADD_USAGE = _TASK.format(more="") + spent("task", model=7, input=2, output=3, cost=4) + " SELECT 1"
-#: The response's tokens and dollars (parameters ``$input``, ``$output``, ``$cost``) into
-#: the one budget window it was admitted in
-#: (``$window`` the budget, ``$start`` the window's start), in the statement that adds
-#: them to the task, after the task's row (``{after}``, a CTE of the locked task) - the
-#: order admission locks in. Only for a request whose chain has one window and no hold to
-#: release (the escrow lease path): a fleet's responses do not each pay a pool
-#: connection, a statement and a commit of their own for the team's window row. The
-#: columns are those ``_SETTLE`` in :mod:`app.budgets.ledger` adds (its twin for every
-#: other chain).
-_IN_WINDOW = (
-    "settled AS (UPDATE budget_windows w SET input_tokens = w.input_tokens + ${input},"
-    " output_tokens = w.output_tokens + ${output}, cost_usd = w.cost_usd + ${cost}"
-    " FROM {after} WHERE w.budget_id = ${window} AND w.window_start = ${start} RETURNING w.budget_id, w.cost_usd)"
-)
-#: The settled window's budget and its dollars now, as columns of a statement's row.
-_SETTLED = (", (SELECT budget_id FROM settled) AS settled_budget_id,"
-            " (SELECT cost_usd FROM settled) AS settled_cost_usd")
-_ADD_USAGE_IN_WINDOW = (_TASK.format(more="") + spent("task", model=7, input=2, output=3, cost=4) + ", "
-                        + _IN_WINDOW.format(after="task", input=2, output=3, cost=4, window=8, start=9)
-                        + " SELECT budget_id AS settled_budget_id, cost_usd AS settled_cost_usd FROM settled")
-# A text answer in one statement (its own transaction, relaxed): the usage as _ADD_USAGE,
-# whose UPDATE locks the task row before the answer's conversation row ($7; $8 its hash,
-# $9 a repeat) is written, the order admission takes (the other order deadlocked with an
-# admission upserting the same conversation: its foreign-key check waits for the task row).
-# Returns what the repeated_response rule reads of the task (its status and loop_guard;
-# not the whole row, whose decoding cost more than the rest) and the run of repeated answers.
-_ANSWER = (
-    _TASK.format(more=", tasks.status, tasks.loop_guard") + spent("task", model=10, input=2, output=3, cost=4) + ","
-    " answer AS (" + conversations.ANSWER_OF_TASK.format(task="task", key="$7", text="$8", repeat="$9") + "){settle}"
-    " SELECT task.status, task.loop_guard, (SELECT response_streak FROM answer) AS answer_streak{settled} FROM task"
-)
-_ADD_ANSWER = _ANSWER.format(settle="", settled="")
-_ADD_ANSWER_IN_WINDOW = _ANSWER.format(settle=", " + _IN_WINDOW.format(after="task", input=2, output=3, cost=4,
-                                                                           window=11, start=12),
-                                       settled=_SETTLED)
-# A response's tool calls (migration 0011): relaxed commit, task row lock, usage and
-# settlement (the hold row as in _ADD_USAGE), pending ledger rows, task and conversation
-# counts, the locked row after them and the conversation's window ($3 records, oldest first).
-_RECORD_RESPONSE = (
-    "WITH f AS (SELECT * FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)), "
-    + spent("f", row="(f.task)", model=14, input=5, output=6, cost=7) +
-    " SELECT (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS response_conversation_calls,"
-    + WINDOW_COLUMNS + " FROM f"
-)
-#: :data:`_RECORD_RESPONSE` and the budget window's share (:data:`_IN_WINDOW`), which
-#: reads the function's row, so the function has locked the task first.
-_RECORD_RESPONSE_IN_WINDOW = (
-    "WITH f AS (SELECT * FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)), "
-    + spent("f", row="(f.task)", model=14, input=5, output=6, cost=7) + ", "
-    + _IN_WINDOW.format(after="f", input=5, output=6, cost=7, window=15, start=16) +
-    " SELECT (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS response_conversation_calls,"
-    + WINDOW_COLUMNS + _SETTLED + " FROM f"
-)
+# The statements: app/db/sql/ledger.sql (each written out whole, with what it shares).
+_INSERT_CALLS = sql.statement("ledger_insert_calls")
+_COMPLETE_CALLS = sql.statement("ledger_complete_calls")
+_HISTORY = sql.statement("ledger_history")
+_COUNT_CALLS = sql.statement("ledger_count_calls")
+_ADD_USAGE = sql.statement("ledger_add_usage")
+_ADD_USAGE_IN_WINDOW = sql.statement("ledger_add_usage_in_window")
+_ADD_ANSWER = sql.statement("ledger_add_answer")
+_ADD_ANSWER_IN_WINDOW = sql.statement("ledger_add_answer_in_window")
+_RECORD_RESPONSE = sql.statement("ledger_record_response")
+_RECORD_RESPONSE_IN_WINDOW = sql.statement("ledger_record_response_in_window")
 _NO_COUNTERS = (0, 0, Decimal(0), Decimal(0))
 #: task id -> the history window its last response needed here (``""``: the last of any
 #: task). The window is read before the row is locked; a task whose ``loop_guard`` needs
@@ -276,7 +199,7 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
     as pending; trip the latch when the detector says stop (e.g. the tool-call ceiling
     was passed). ``budget_window`` (``(budget_id, window_start)``): the one budget window
     the request was admitted in, when no hold is released (the escrow lease path); the
-    usage and dollars go into it in the same statement (:data:`_IN_WINDOW`), and
+    usage and dollars go into it in the same statement (``settled`` in ``app/db/sql/ledger.sql``), and
     :data:`events.BUDGET_SPENT <app.events.BUDGET_SPENT>` reports its dollars after. An admitted request's
     ``model`` (``''`` unknown; ``None``: not one) goes into ``spend_daily`` in the same statement (:mod:`app.db.spend`).
 
