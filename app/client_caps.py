@@ -20,8 +20,9 @@ within a second once it fills three quarters of the connection budget (``max_con
 cannot take the room the other clients need. Under that pressure :mod:`app.server` also
 admits new connections fairly: one past its cap is closed when accepted, and one within
 its caps makes room by shedding an idle or silent connection past its cap of the address
-holding the most (a flood that reopens what is closed cannot refill the shared budget). Behind a reverse proxy every client has the
-proxy's address: bound clients in the proxy (docs/hardening.md).
+holding the most (a flood that reopens what is closed cannot refill the shared budget).
+Behind a reverse proxy every client has the proxy's address: bound clients in the proxy
+(docs/hardening.md).
 """
 
 from __future__ import annotations

@@ -98,14 +98,15 @@ def run_demo(max_turns: int = 20, tool_result: str = "", verbose: bool = False) 
             where = "embedded PostgreSQL in a temporary directory" if settings.database_url is None \
                 else "TASKGATE_DATABASE_URL"
             click.echo(f"gateway:  {base}/v1 ({where})")
-            click.echo(f"task:     {task['id']}, request_limit 100; the agent runs each call and sends the result back\n")
+            click.echo(f"task:     {task['id']}, request_limit 100; "
+                       "the agent runs each call and sends the result back\n")
             agent = openai.OpenAI(base_url=base + "/v1", api_key=task["token"], max_retries=0)
             messages: list[ChatCompletionMessageParam] = [
                 {"role": "system", "content": "You are a coding agent."},
                 {"role": "user", "content": "Summarise notes/todo.md"},
             ]
-            tools: list[ChatCompletionToolParam] = [{"type": "function", "function": {"name": "read_file", "parameters": {
-                "type": "object", "properties": {"path": {"type": "string"}}}}}]
+            tools: list[ChatCompletionToolParam] = [{"type": "function", "function": {
+                "name": "read_file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
             for turn in range(1, max_turns + 1):
                 try:
                     message = agent.chat.completions.create(model="mock-model", messages=messages,

@@ -110,7 +110,7 @@ def fail_closed(what: str) -> Iterator[None]:
         yield
     except GatewayError:
         raise
-    except Exception as exc:  # noqa: BLE001 - fail closed while the database is out of reach
+    except Exception as exc:  # fail closed while the database is out of reach
         if not database_unreachable(exc):
             raise
         if server_gone(exc):  # a failover: no pooled connection to that server is worth keeping

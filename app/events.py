@@ -81,7 +81,7 @@ class Channel(Generic[E]):
         for subscriber in self._subscribers:
             try:
                 subscriber(event)
-            except Exception:  # noqa: BLE001 - an outer room's failure is not the core's
+            except Exception:  # an outer room's failure is not the core's
                 logger.exception("a subscriber of %s failed", self.name)
 
 

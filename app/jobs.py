@@ -17,9 +17,8 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from app import retention
+from app import events, retention
 from app.admission import reservations
-from app import events
 from app.budgets import escrow, thresholds, windows
 from app.db import commits
 from app.db.errors import database_unreachable
@@ -41,7 +40,7 @@ async def every(name: str, interval_s: float, run: Callable[[], Awaitable[object
             await run()
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - the next run tries again
+        except Exception as exc:  # the next run tries again
             if database_unreachable(exc):
                 faults.report(name, f"database unavailable; the {name} runs again in {interval_s:g} s", exc)
             else:

@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from bench import config as cfgmod
 from bench import calibrate, litellm_proxy, portkey, report, summary
+from bench import config as cfgmod
 from bench.services import REPO
 from bench.suite import Suite, log
 

@@ -52,8 +52,8 @@ async def _seed(url: str) -> tuple[list[str], list[str]]:
                 token = new_token()
                 group.append(token)
                 rows.append((f"bench-{budget or 'none'}-{i}", token_hash(token), 10**12, budget))
-            await conn.executemany("INSERT INTO tasks (id, token_hash, request_limit, budget_id) VALUES ($1, $2, $3, $4)",
-                                   rows)
+            await conn.executemany(
+                "INSERT INTO tasks (id, token_hash, request_limit, budget_id) VALUES ($1, $2, $3, $4)", rows)
         return groups
     finally:
         await conn.close()

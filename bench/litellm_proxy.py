@@ -79,7 +79,8 @@ def setup_venv() -> int:
 
     if not (LOCAL_VENV / "bin" / "python").exists():
         venv.EnvBuilder(with_pip=True).create(LOCAL_VENV)
-    return subprocess.call([str(LOCAL_VENV / "bin" / "python"), "-m", "pip", "install", "litellm[proxy]", "uvicorn[standard]"])
+    return subprocess.call([str(LOCAL_VENV / "bin" / "python"), "-m", "pip", "install", "litellm[proxy]",
+                            "uvicorn[standard]"])
 
 
 def write_config(path: Path, upstream_url: str, models: list[str]) -> None:

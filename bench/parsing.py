@@ -45,8 +45,10 @@ def chat_history(n: int) -> dict[str, Any]:
 def responses_history(n: int) -> dict[str, Any]:
     """Responses API body with ``n`` input items."""
     items: list[dict[str, Any]] = [
-        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "sandbox: workspace-write"}]},
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Fix the failing test in src/."}]}]
+        {"type": "message", "role": "developer",
+         "content": [{"type": "input_text", "text": "sandbox: workspace-write"}]},
+        {"type": "message", "role": "user",
+         "content": [{"type": "input_text", "text": "Fix the failing test in src/."}]}]
     i = 0
     while len(items) < n:
         cid = f"call_{i:05d}"

@@ -26,8 +26,8 @@ import inspect
 import statistics
 import tempfile
 import time
-from pathlib import Path
 from collections.abc import MutableMapping
+from pathlib import Path
 from typing import Any
 
 from app.admission import in_flight

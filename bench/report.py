@@ -43,7 +43,8 @@ def fmt(v: dict[str, Any] | None, digits: int = 2, spread_shown: bool = True) ->
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return lines
 
@@ -138,7 +139,8 @@ def render(s: dict[str, Any], meta: dict[str, Any], cfg: Config, paths: dict[str
                 "turn: `BEGIN`, `taskgate_agent_turn()`, `COMMIT`). ms.", ""]
         rows = [[_label(r["path"]), str(r["c"]), fmt(r["p50"]), fmt(r["p99"]), fmt(r["added_p50"]),
                  fmt(r["added_p99"]), fmt(r["vs_fast_path_p50"]), fmt(r["rps"], 0)] for r in s["tool_turn"]]
-        out += _table(["path", "c", "p50", "p99", "added p50", "added p99", "p50 − fast path p50", "req/s"], rows) + [""]
+        header = ["path", "c", "p50", "p99", "added p50", "added p99", "p50 − fast path p50", "req/s"]
+        out += _table(header, rows) + [""]
 
     # streaming
     out += ["## Streaming", "", f"c=1; the upstream writes each stream at once ({cfg.chunk_size}-character deltas, "
@@ -151,7 +153,8 @@ def render(s: dict[str, Any], meta: dict[str, Any], cfg: Config, paths: dict[str
     lo_n, hi_n = cfg.chunk_counts
     rows = [[_label(r["path"]), fmt(r["slope_us"]), fmt(r.get("relay_us")), cal(r.get("relay_us"), 0.001)]
             for r in s["stream_slope"]]
-    out += [f"Wall-clock cost per chunk = (total p50 at {hi_n} − at {lo_n}) ÷ {hi_n - lo_n}, µs; relay = path − direct:", ""]
+    out += [f"Wall-clock cost per chunk = (total p50 at {hi_n} − at {lo_n}) ÷ {hi_n - lo_n}, µs; "
+            "relay = path − direct:", ""]
     out += _table(["path", "µs per chunk", "relay µs per chunk (− direct)", "relay ÷ cal"], rows) + [""]
     if s["relay_cpu"]:
         out += [f"**Relay CPU per chunk** — chunks arrive one by one ({cfg.paced_delay_ms:g} ms apart, "
@@ -315,8 +318,8 @@ def readme_table(s: dict[str, Any], meta: dict[str, Any], cfg: Config) -> str:
         rows.append([f"req/s, non-streaming, c={c}", lat(MAIN, c, "rps", 0), lat("portkey", c, "rps", 0),
                      lat("litellm", c, "rps", 0), "", ""])
     for c in sorted(cfg.concurrencies):
-        rows.append([f"proxy CPU per request, c={c} (ms)", lat(MAIN, c, "proxy_cpu_ms"), lat("portkey", c, "proxy_cpu_ms"),
-                     lat("litellm", c, "proxy_cpu_ms"), "", ""])
+        rows.append([f"proxy CPU per request, c={c} (ms)", lat(MAIN, c, "proxy_cpu_ms"),
+                     lat("portkey", c, "proxy_cpu_ms"), lat("litellm", c, "proxy_cpu_ms"), "", ""])
     rows.append(["added latency p50, c=1 (ms)", lat(MAIN, 1, "added_p50"), lat("portkey", 1, "added_p50"),
                  lat("litellm", 1, "added_p50"), "", ""])
     for t in s["targets"]:

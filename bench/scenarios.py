@@ -178,7 +178,8 @@ def memory(paths: list[Path], cfg: Config, repeat: int) -> list[Record]:
     open − RSS before) ÷ streams still open when RSS was read. The fresh processes
     start together (LiteLLM takes ~20 s) and each is stopped right after its
     measurement, which also ends its held upstream streams."""
-    targets = [p for p in paths if p.key in ("taskgate_embedded", "bare_relay", "portkey", "litellm") and p.fresh_proxy is not None]
+    targets = [p for p in paths
+               if p.key in ("taskgate_embedded", "bare_relay", "portkey", "litellm") and p.fresh_proxy is not None]
     started: dict[str, Any] = {}
 
     def start(p: Path) -> None:
@@ -199,7 +200,8 @@ def memory(paths: list[Path], cfg: Config, repeat: int) -> list[Record]:
                         "repeat": repeat, "error": f"fresh proxy did not start: {svc}"})
             continue
         try:
-            out.append(_record("memory", p, {"streams": cfg.open_streams}, repeat, lambda p=p, svc=svc: _hold(p, svc, cfg)))
+            out.append(_record("memory", p, {"streams": cfg.open_streams}, repeat,
+                               lambda p=p, svc=svc: _hold(p, svc, cfg)))
         finally:
             svc.stop()
     return out

@@ -8,6 +8,7 @@ overview's three periods (median of 5 calls each) and prints one line per period
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import subprocess
@@ -15,7 +16,6 @@ import sys
 import tempfile
 import time
 
-import asyncio
 import asyncpg
 import httpx
 

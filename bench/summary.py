@@ -86,8 +86,8 @@ def _tail(ix: Index, avail: list[str], cfg: Config, s: dict[str, Any]) -> None:
                 row: dict[str, Any] = {"path": p, "c": c, "generator": gen, "error": ix.error(fig, p, c=c)}
                 for q in ("p50", "p95", "p99", "p99.9", "max"):
                     row[q] = agg(ix.series(fig, p, lambda r, q=q: pct(r, "latency_ms", q), c=c).values())
-                row["p99_over_p50"] = agg(ix.series(fig, p, lambda r: _ratio(pct(r, "latency_ms", "p99"),
-                                                                                pct(r, "latency_ms", "p50")), c=c).values())
+                row["p99_over_p50"] = agg(ix.series(
+                    fig, p, lambda r: _ratio(pct(r, "latency_ms", "p99"), pct(r, "latency_ms", "p50")), c=c).values())
                 row["rps"] = agg(ix.series(fig, p, rate, c=c).values())
                 row["proxy_cpu_ms"] = agg(ix.series(fig, p, lambda r: per_1k(r, "cpu_s", "proxy"), c=c).values())
                 row["errors"] = sum(sum(res.get("errors", {}).values()) for res in ix.results(fig, p, c=c).values())
@@ -199,14 +199,16 @@ def _admission(ix: Index, avail: list[str], cfg: Config, s: dict[str, Any]) -> N
             return agg(get(res, "cpu_s", "postgres") * 1000.0 / done(res) for res in results.values()
                        if done(res) and finite(get(res, "cpu_s", "postgres")))
 
-        for label, e2e, only in (("1 hot task", e2e_hot, only_hot), (f"{spread_tasks:,} tasks", e2e_spread, only_spread)):
+        for label, e2e, only in (("1 hot task", e2e_hot, only_hot),
+                                 (f"{spread_tasks:,} tasks", e2e_spread, only_spread)):
             s["admission"].append({
                 "path": p, "tasks": label,
                 "e2e_rps": agg(e2e.values()),
                 "admit_rps": agg(rate(res) for res in only.values()),
                 "admit_p50_ms": agg(pct(res, "latency_ms", "p50") for res in only.values()),
                 "admit_p99_ms": agg(pct(res, "latency_ms", "p99") for res in only.values()),
-                "admit_client_cpu_per_1k": agg(res["client_cpu_s"] * 1000.0 / res["n"] for res in only.values() if res.get("n")),
+                "admit_client_cpu_per_1k": agg(res["client_cpu_s"] * 1000.0 / res["n"]
+                                               for res in only.values() if res.get("n")),
                 "pg_cpu_per_1k": pgper_1k(only),
                 "errors": sum(sum(res.get("errors", {}).values()) for res in only.values()),
                 "error": ix.error("admission_only", p, tasks=1 if label.startswith("1 ") else spread_tasks,
@@ -219,8 +221,10 @@ def _durable(ix: Index, cfg: Config, s: dict[str, Any]) -> None:
     p = "taskgate_embedded"
     for c in cfg.durable_concurrencies:
         direct = ix.series("latency", "direct", lambda r: pct(r, "latency_ms", "p50"), c=c)
-        on = {q: ix.series("durable", p, lambda r, q=q: pct(r, "latency_ms", q), c=c, fsync="on") for q in ("p50", "p99")}
-        off = {q: ix.series("durable", p, lambda r, q=q: pct(r, "latency_ms", q), c=c, fsync="off") for q in ("p50", "p99")}
+        on = {q: ix.series("durable", p, lambda r, q=q: pct(r, "latency_ms", q), c=c, fsync="on")
+              for q in ("p50", "p99")}
+        off = {q: ix.series("durable", p, lambda r, q=q: pct(r, "latency_ms", q), c=c, fsync="off")
+               for q in ("p50", "p99")}
         rps_on = ix.series("durable", p, rate, c=c, fsync="on")
         rps_off = ix.series("durable", p, rate, c=c, fsync="off")
         if not (on["p50"] or off["p50"]):
@@ -228,7 +232,8 @@ def _durable(ix: Index, cfg: Config, s: dict[str, Any]) -> None:
         cpu = {f: ix.series("durable", p, lambda r: per_1k(r, "cpu_s", "proxy"), c=c, fsync=f) for f in ("on", "off")}
         pg = {f: ix.series("durable", p, lambda r: per_1k(r, "cpu_s", "postgres"), c=c, fsync=f) for f in ("on", "off")}
         s["durable"].append({
-            "path": p, "c": c, "error": ix.error("durable", p, c=c, fsync="on") or ix.error("durable", p, c=c, fsync="off"),
+            "path": p, "c": c,
+            "error": ix.error("durable", p, c=c, fsync="on") or ix.error("durable", p, c=c, fsync="off"),
             "p50_on": agg(on["p50"].values()), "p50_off": agg(off["p50"].values()),
             "p99_on": agg(on["p99"].values()), "p99_off": agg(off["p99"].values()),
             "added_p50_on": agg(paired(on["p50"], direct, lambda a, b: a - b)),
@@ -238,6 +243,8 @@ def _durable(ix: Index, cfg: Config, s: dict[str, Any]) -> None:
             "rps_on_over_off": agg(paired(rps_on, rps_off, lambda a, b: a / b)),
             "proxy_cpu_ms_on": agg(cpu["on"].values()), "proxy_cpu_ms_off": agg(cpu["off"].values()),
             "pg_cpu_ms_on": agg(pg["on"].values()), "pg_cpu_ms_off": agg(pg["off"].values()),
-            "fdatasync_p50_ms": agg(ix.series("durable", p, lambda r: pct(r, "latency_ms", "p50"), probe="fdatasync").values()),
-            "fdatasync_p99_ms": agg(ix.series("durable", p, lambda r: pct(r, "latency_ms", "p99"), probe="fdatasync").values()),
+            "fdatasync_p50_ms": agg(ix.series("durable", p, lambda r: pct(r, "latency_ms", "p50"),
+                                              probe="fdatasync").values()),
+            "fdatasync_p99_ms": agg(ix.series("durable", p, lambda r: pct(r, "latency_ms", "p99"),
+                                              probe="fdatasync").values()),
         })

@@ -90,7 +90,8 @@ def _relay_cpu(ix: Index, avail: list[str], cfg: Config, s: dict[str, Any]) -> N
             "per_chunk_us": agg(v[0] for v in per.values()),
             "per_request_us": agg(v[1] for v in per.values()),
             "events_per_s": agg((res.get("events", 0) / res["wall_s"]) for res in hi_res if res.get("wall_s")),
-            "cpu_util_hi": agg((get(res, "cpu_s", "proxy") or 0) / res["wall_s"] for res in hi_res if res.get("wall_s")),
+            "cpu_util_hi": agg((get(res, "cpu_s", "proxy") or 0) / res["wall_s"]
+                               for res in hi_res if res.get("wall_s")),
         })
     for row in s["relay_cpu"]:
         if row["path"] != "litellm" and "litellm" in relay:

@@ -74,9 +74,11 @@ def _row(variant: str, c: int, res: dict[str, Any], probe: dict[str, Any] | None
     cells = [variant, str(c), f"{res['rps']:.0f}", f"{lat['p50']:.1f}", f"{lat['p99']:.1f}", f"{lat['p99.9']:.1f}",
              f"{lat['max']:.0f}"]
     if probe:
-        sv, pw, slow, g, lag = probe["server_ms"], probe["pool_wait_ms"], probe.get("slowest_1pct", {}), probe["gc"], probe["lag_ms"]
+        sv, pw, slow = probe["server_ms"], probe["pool_wait_ms"], probe.get("slowest_1pct", {})
+        g, lag = probe["gc"], probe["lag_ms"]
         g2 = g["by_generation"]["2"]
-        cells += [f"{sv.get('p50', 0):.1f}", f"{sv.get('p99', 0):.1f}", f"{pw.get('p50', 0):.2f}", f"{pw.get('p99', 0):.1f}",
+        cells += [f"{sv.get('p50', 0):.1f}", f"{sv.get('p99', 0):.1f}",
+                  f"{pw.get('p50', 0):.2f}", f"{pw.get('p99', 0):.1f}",
                   f"{slow.get('pool_wait_ms_mean', 0):.1f} / {slow.get('server_ms_mean', 0):.1f}",
                   f"{g['collections']} / {g['total_ms']:.0f}", f"{g2.get('n', 0)} / {g2.get('max', 0):.0f}",
                   f"{g.get('tracked_objects', 0) / 1000:.0f}k / {g.get('frozen_objects', 0) / 1000:.0f}k",

@@ -113,7 +113,8 @@ def render_events(model: str, shape: Shape, include_usage: bool) -> list[bytes]:
     base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": CREATED, "model": model}
 
     def chunk(delta: dict, finish: str | None = None) -> bytes:
-        return b"data: " + _dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}) + b"\n\n"
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return b"data: " + _dumps({**base, "choices": [choice]}) + b"\n\n"
 
     events = [chunk({"role": "assistant", "content": ""})]
     events += [chunk({"content": _content(shape, i)}) for i in range(shape.chunks)]
@@ -222,7 +223,8 @@ class UpstreamProtocol(asyncio.Protocol):
         stream = _STREAM_RE.search(body) is not None
         hit = self.cache.get(m.group(1) if m else b"bench", stream, stream and _USAGE_RE.search(body) is not None)
         if hit is None:
-            self.transport.write(_json_response(404, b'{"error":{"message":"unknown bench model","type":"invalid_request_error"}}'))
+            self.transport.write(_json_response(
+                404, b'{"error":{"message":"unknown bench model","type":"invalid_request_error"}}'))
             return
         shape, value = hit
         if not stream:

@@ -14,10 +14,9 @@ import signal
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
-
-from contextlib import contextmanager
 
 from tests.support import free_port
 
@@ -45,7 +44,7 @@ class Cluster:
             shutil.chown(root, self.user)
         self._run("initdb", "-D", str(self.pgdata), "-U", "postgres", "--auth=trust", "--no-sync")
 
-    def _run(self, tool: str, *args: str) -> None:  # noqa: D401
+    def _run(self, tool: str, *args: str) -> None:
         assert self.bin is not None
         subprocess.run([str(self.bin / tool), *args], check=True, capture_output=True,
                        user=self.user, cwd="/")

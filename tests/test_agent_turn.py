@@ -14,8 +14,8 @@ import pytest
 from app.admission import known_turn
 from app.admission import turn as agent_turn
 from app.admission.admission import admit
-from app.db.commits import new_key
 from app.admission.tokens import token_hash
+from app.db.commits import new_key
 from app.errors import GatewayError
 from app.guard.ledger import GuardRequest
 from app.guard.result_prints import config_for, fingerprints
@@ -55,7 +55,8 @@ def _turn(call_id: str, tool: str = "read_file", arguments: object = None, outpu
 async def _task(pool, request_limit: int, loop_guard: dict | None = None) -> tuple[str, str]:
     token = secrets.token_hex(8)
     task_id = "turn-" + token
-    await pool.execute("INSERT INTO tasks (id, token_hash, request_limit, loop_guard) VALUES ($1, $2, $3, COALESCE($4::jsonb, '{}'))",
+    await pool.execute("INSERT INTO tasks (id, token_hash, request_limit, loop_guard)"
+                       " VALUES ($1, $2, $3, COALESCE($4::jsonb, '{}'))",
                        task_id, token_hash(token), request_limit, loop_guard)
     return task_id, token_hash(token)
 

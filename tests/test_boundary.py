@@ -72,7 +72,8 @@ def test_allowed_gets_are_forwarded(gateway, admin, upstream):
     h = {"authorization": f"Bearer {token}"}
     assert httpx.get(gateway.url + "/v1/models", headers=h).status_code == 200
     assert httpx.get(gateway.url + "/v1/models/mock-model", headers=h).status_code == 200
-    assert httpx.get(gateway.url + "/v1/models/mock-model", headers={**h, "anthropic-version": "2023-06-01"}).status_code == 200
+    assert httpx.get(gateway.url + "/v1/models/mock-model",
+                     headers={**h, "anthropic-version": "2023-06-01"}).status_code == 200
     assert [r.path for r in upstream.requests] == ["/v1/models", "/v1/models/mock-model", "/v1/models/mock-model"]
     assert upstream.requests[-1].headers["x-api-key"] == ANTHROPIC_PROVIDER_KEY
     assert upstream.requests[0].headers["authorization"] == f"Bearer {PROVIDER_KEY}"

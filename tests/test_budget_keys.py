@@ -67,7 +67,8 @@ def test_run_ids_and_task_ids() -> None:
     assert re.fullmatch(r"team-a-run-run-with-spaces-[0-9a-f]{16}", task_id)  # tests/test_run_names.py: the name
     assert task_id == run_task_id("team-a", "key_1", "run/with spaces?&#")
     run = "run/with spaces?&#"
-    others = {run_task_id("team-b", "key_1", run), run_task_id("team-a", "key_2", run), legacy_run_task_id("team-a", run)}
+    others = {run_task_id("team-b", "key_1", run), run_task_id("team-a", "key_2", run),
+              legacy_run_task_id("team-a", run)}
     assert task_id not in others and len(others) == 3
 
 
@@ -99,7 +100,8 @@ def _finishing_run(gateway: GatewayProcess, key: str, n: int) -> list[int]:
     messages: list[dict] = [{"role": "user", "content": f"task {n}"}]
     for turn in range(3):
         answer = client.chat.completions.create(model="scenario:text", messages=messages).choices[0].message
-        messages += [{"role": "assistant", "content": answer.content or ""}, {"role": "user", "content": f"go on {turn}"}]
+        messages += [{"role": "assistant", "content": answer.content or ""},
+                     {"role": "user", "content": f"go on {turn}"}]
     return [200, 200, 200]
 
 

@@ -173,7 +173,8 @@ def test_a_killed_gateways_lease_is_reclaimed_when_the_budget_runs_short(databas
         for t in threads:
             t.join()
         # 63 more: the dead gateway's 3 unspent requests were reclaimed, none admitted twice
-        assert sorted(statuses) == [200] * 63 + [400] * 37, (statuses, others.output()[-3000:], sweeper.output()[-3000:])
+        assert sorted(statuses) == [200] * 63 + [400] * 37, (statuses, others.output()[-3000:],
+                                                             sweeper.output()[-3000:])
         assert len([r for r in lease_upstream.requests if r.method == "POST"]) == 64
         current = api.get(f"/admin/budgets/{budget}").json()["current"]
         assert (current["admitted_requests"], current["leased_requests"]) == (64, 0)

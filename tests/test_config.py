@@ -14,12 +14,11 @@ import pytest
 import yaml
 
 from app.config import environment_config
-from app.config.schema import GatewayConfig
 from app.config.examples import EXAMPLES, example_for
 from app.config.loader import ConfigError, parse
-from app.config.schema import Price, Provider
 from app.config.prices import default_price, price_table
 from app.config.routing import ModelNotFound, WrongFormat, resolve, routing_table
+from app.config.schema import GatewayConfig, Price, Provider
 
 DOC = """\
 providers:

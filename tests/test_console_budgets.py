@@ -17,9 +17,16 @@ import pytest
 
 from tests.browser import chromium, console_errors
 from tests.support import ADMIN_TOKEN, sql
-from tests.test_console_dashboard import _NULLISH, _all, _css, _login, _only_local_resources, _wait
-# the dashboard module's own-database gateway, one per module here too
-from tests.test_console_dashboard import admin, gateway  # noqa: F401 - fixtures
+from tests.test_console_dashboard import (
+    _NULLISH,
+    _all,
+    _css,
+    _login,
+    _only_local_resources,
+    _wait,
+    admin,  # noqa: F401 - fixture: the dashboard module's own-database gateway, one per module here too
+    gateway,  # noqa: F401 - fixture
+)
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 USER = [{"role": "user", "content": "hi"}]

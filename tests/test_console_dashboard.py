@@ -9,15 +9,13 @@ from the gateway itself (no CDN, no network)."""
 from __future__ import annotations
 
 import os
+import re
 from typing import Iterator
 from urllib.parse import urlsplit
 
+import httpx
 import openai
 import pytest
-
-import re
-
-import httpx
 
 from tests.browser import chromium, console_errors
 from tests.support import ADMIN_TOKEN, Admin, GatewayProcess, fresh_database

@@ -27,7 +27,7 @@ def test_forwarded_stream_counts_request_tokens_and_ttft(gateway, admin):
         model="mock-model", messages=USER, stream=True, stream_options={"include_usage": True})
     usage = [c.usage for c in stream if c.usage][-1]
     after = scrape(gateway.url)
-    delta = lambda name, **l: sample(after, name, **l) - sample(before, name, **l)  # noqa: E731
+    delta = lambda name, **labels: sample(after, name, **labels) - sample(before, name, **labels)  # noqa: E731
     assert delta("taskgate_requests_total", endpoint=CHAT, outcome="forwarded") == 1
     assert delta("taskgate_tokens_total", direction="input") == usage.prompt_tokens
     assert delta("taskgate_tokens_total", direction="output") == usage.completion_tokens
@@ -47,7 +47,7 @@ def test_refusal_counts_stop_and_refusal_by_reason(gateway, admin):
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model="mock-model", messages=USER)
     after = scrape(gateway.url)
-    delta = lambda name, **l: sample(after, name, **l) - sample(before, name, **l)  # noqa: E731
+    delta = lambda name, **labels: sample(after, name, **labels) - sample(before, name, **labels)  # noqa: E731
     assert delta("taskgate_task_stops_total", reason="request_limit") == 1
     assert delta("taskgate_refusals_total", reason="request_limit") == 2
     assert delta("taskgate_requests_total", endpoint=CHAT, outcome="refused") == 2
@@ -66,7 +66,7 @@ def test_invalid_and_tool_calls_and_stream_cut(gateway, admin):
         for _ in client.chat.completions.create(model="scenario:stall", messages=USER, stream=True):
             pass
     after = scrape(gateway.url)
-    delta = lambda name, **l: sample(after, name, **l) - sample(before, name, **l)  # noqa: E731
+    delta = lambda name, **labels: sample(after, name, **labels) - sample(before, name, **labels)  # noqa: E731
     assert delta("taskgate_requests_total", endpoint=CHAT, outcome="invalid") == 1
     assert delta("taskgate_tool_calls_total") == 1
     assert delta("taskgate_stream_cuts_total", code="stream_idle_timeout") == 1
@@ -87,7 +87,7 @@ def test_dollars_model_and_provider_labels_and_no_created_series(gateway, admin)
     assert r.status_code == 400
     text = httpx.get(gateway.url + "/metrics").text
     after = scrape(gateway.url)
-    delta = lambda name, **l: sample(after, name, **l) - sample(before, name, **l)  # noqa: E731
+    delta = lambda name, **labels: sample(after, name, **labels) - sample(before, name, **labels)  # noqa: E731
     family = {"model": "gpt-4o-mini", "provider": "openai"}
     assert delta("taskgate_requests_total", endpoint=CHAT, outcome="forwarded", **family) == 1
     assert delta("taskgate_requests_total", endpoint=CHAT, outcome="forwarded", model="other",
@@ -101,7 +101,7 @@ def test_dollars_model_and_provider_labels_and_no_created_series(gateway, admin)
 
 
 def test_model_labels_are_bounded():
-    from app.config import environment_config, GatewayConfig
+    from app.config import GatewayConfig, environment_config
 
     metrics.configure(GatewayConfig.model_validate({
         "providers": {"local": {"kind": "openai", "base_url": "http://x/v1"},

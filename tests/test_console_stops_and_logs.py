@@ -17,8 +17,8 @@ import httpx
 import openai
 import pytest
 
-from app.request_ids import request_id_from
 from app.admission.refusals import event_message
+from app.request_ids import request_id_from
 from tests.support import ADMIN_TOKEN, ANTHROPIC_PROVIDER_KEY, PROVIDER_KEY, Admin, GatewayProcess
 
 USER = [{"role": "user", "content": "hi"}]

@@ -16,10 +16,10 @@ import openai
 import pytest
 
 pytest.importorskip("opentelemetry.sdk")
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.support import GatewayProcess, free_port  # noqa: E402
-from tests.test_loop_guard_e2e import chat_agent  # noqa: E402
+from tests.support import GatewayProcess, free_port
+from tests.test_loop_guard_e2e import chat_agent
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -34,7 +34,7 @@ class Receiver:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            def do_POST(self) -> None:  # http.server's name
                 body = self.rfile.read(int(self.headers["content-length"]))
                 assert self.path == "/v1/traces" and self.headers["content-type"] == "application/x-protobuf"
                 request = ExportTraceServiceRequest.FromString(body)

@@ -68,7 +68,8 @@ async def _burst(urls: list[str], token: str, bodies: list[bytes]) -> list[httpx
             for i, body in enumerate(bodies)))
 
 
-def test_a_burst_of_parallel_requests_waits_for_holds_and_never_latches(gateways, priced_upstream: UpstreamServer) -> None:
+def test_a_burst_of_parallel_requests_waits_for_holds_and_never_latches(
+        gateways, priced_upstream: UpstreamServer) -> None:
     one, two = gateways
     admin = Admin(one.url)
     body = _body()
@@ -87,7 +88,8 @@ def test_a_burst_of_parallel_requests_waits_for_holds_and_never_latches(gateways
     assert _holds(one, "admitted") + _holds(two, "admitted") > 0  # they waited, and were admitted
 
 
-def test_a_request_whose_worst_case_alone_passes_the_rest_of_the_ceiling_latches_at_once(gateways, priced_upstream: UpstreamServer) -> None:
+def test_a_request_whose_worst_case_alone_passes_the_rest_of_the_ceiling_latches_at_once(
+        gateways, priced_upstream: UpstreamServer) -> None:
     one, two = gateways
     admin = Admin(one.url)
     task_id, token = admin.create_task(cost_limit_usd=3.0)

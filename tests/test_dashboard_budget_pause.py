@@ -12,8 +12,15 @@ import pytest
 
 from tests.browser import chromium, console_errors
 from tests.support import ADMIN_TOKEN
-from tests.test_console_dashboard import _NULLISH, _all, _css, _login, _wait
-from tests.test_console_dashboard import admin, gateway  # noqa: F401 - fixtures
+from tests.test_console_dashboard import (
+    _NULLISH,
+    _all,
+    _css,
+    _login,
+    _wait,
+    admin,  # noqa: F401 - fixture: the dashboard module's own-database gateway, one per module here too
+    gateway,  # noqa: F401 - fixture
+)
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -12,13 +12,21 @@ import openai
 
 from tests.browser import chromium, console_errors
 from tests.support import ADMIN_TOKEN
-from tests.test_console_dashboard import _NULLISH, _all, _css, _login, _wait
-from tests.test_console_dashboard import admin, gateway  # noqa: F401 - fixtures
+from tests.test_console_dashboard import (
+    _NULLISH,
+    _all,
+    _css,
+    _login,
+    _wait,
+    admin,  # noqa: F401 - fixture: the dashboard module's own-database gateway, one per module here too
+    gateway,  # noqa: F401 - fixture
+)
 
 
 def test_a_budget_that_crossed_80_percent_shows_a_badge(gateway, admin) -> None:
     budget = f"warned-{os.getpid()}"
-    assert admin.http.post("/admin/budgets", json={"id": budget, "window": "day", "request_limit": 10}).status_code == 201
+    assert admin.http.post("/admin/budgets",
+                           json={"id": budget, "window": "day", "request_limit": 10}).status_code == 201
     _, token = admin.create_task(budget=budget)
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
     for _ in range(9):

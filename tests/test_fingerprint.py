@@ -30,7 +30,8 @@ HEX64 = re.compile(r"\A[0-9a-f]{64}\Z")
     ("value", "expected"),
     [
         pytest.param({"b": 1, "a": 2}, '{"a":2,"b":1}', id="keys-sorted"),
-        pytest.param({"z": {"y": 1, "x": [3, {"d": 1, "c": 2}]}}, '{"z":{"x":[3,{"c":2,"d":1}],"y":1}}', id="nested-sorted"),
+        pytest.param({"z": {"y": 1, "x": [3, {"d": 1, "c": 2}]}}, '{"z":{"x":[3,{"c":2,"d":1}],"y":1}}',
+                     id="nested-sorted"),
         pytest.param([3, 1, 2], "[3,1,2]", id="array-order-kept"),
         pytest.param({"s": "é ✓"}, '{"s":"é ✓"}', id="non-ascii-kept"),
         pytest.param({}, "{}", id="empty-object"),

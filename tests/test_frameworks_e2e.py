@@ -12,19 +12,19 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm: no download at import
 
-import json  # noqa: E402
+import json
 
-import litellm  # noqa: E402
-import openai  # noqa: E402
-import pytest  # noqa: E402
-from langchain_core.tools import tool as langchain_tool  # noqa: E402
-from langchain_openai import ChatOpenAI  # noqa: E402
-from langgraph.prebuilt import create_react_agent  # noqa: E402
-from pydantic_ai import Agent  # noqa: E402
-from pydantic_ai.exceptions import ModelHTTPError, UsageLimitExceeded  # noqa: E402
-from pydantic_ai.models.openai import OpenAIChatModel  # noqa: E402
-from pydantic_ai.providers.openai import OpenAIProvider  # noqa: E402
-from pydantic_ai.usage import UsageLimits  # noqa: E402
+import litellm
+import openai
+import pytest
+from langchain_core.tools import tool as langchain_tool
+from langchain_openai import ChatOpenAI
+from langgraph.prebuilt import create_react_agent
+from pydantic_ai import Agent
+from pydantic_ai.exceptions import ModelHTTPError, UsageLimitExceeded
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.usage import UsageLimits
 
 PROMPT = "read README.md"
 HEALTHY_REQUESTS = 16

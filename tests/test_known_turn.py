@@ -21,7 +21,6 @@ from tests.test_agent_turn import KEY, _admit, _turn
 from tests.test_agent_turn import _task as task_with
 
 
-
 def _record(call_id: str, result: str | None = "r", error: bool | None = False) -> CallRecord:
     return CallRecord(call_id, "read_file", "a-" + call_id, result, error if result else None,
                       False if result else None)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import random
 import secrets
-import time
 from dataclasses import dataclass
 
 import httpx

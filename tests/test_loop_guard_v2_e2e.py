@@ -193,7 +193,8 @@ def test_a_tool_call_between_answers_breaks_the_run(gateway, admin, upstream):
         step()
     upstream.script("tool_call")
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
-    client.chat.completions.create(model="mock-model", messages=[{"role": "user", "content": "summarise the repository"}])
+    client.chat.completions.create(model="mock-model",
+                                   messages=[{"role": "user", "content": "summarise the repository"}])
     upstream.script("text", text="Still working on it.")
     for _ in range(4):
         step()

@@ -357,8 +357,9 @@ def test_a_tool_call_is_an_execute_tool_span(database_url, upstream, mcp_server,
 
 
 def test_a_huge_result_is_judged_off_the_loop_and_bounded(mcp_gateway, mcp_admin):
-    """An 800 K-character result (1.6 MB with its structured copy) passes (fingerprinted in a worker thread while /healthz answers); an
-    answer over TASKGATE_MCP_MAX_ANSWER_BYTES (2 MB here) is a JSON-RPC error, the call counted."""
+    """An 800 K-character result (1.6 MB with its structured copy) passes (fingerprinted in a
+    worker thread while /healthz answers); an answer over TASKGATE_MCP_MAX_ANSWER_BYTES (2 MB
+    here) is a JSON-RPC error, the call counted."""
     task_id, token = mcp_admin.create_task()
     with ThreadPoolExecutor(1) as pool:
         big = pool.submit(_raw, mcp_gateway, token, _tools_call("big", {"chars": 800_000}))

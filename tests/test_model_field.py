@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.proxy.model_field import rewrite_model
 
@@ -16,7 +17,8 @@ json_values = st.recursive(
 
 
 def test_only_the_model_value_changes() -> None:
-    body = b'{ "messages":[{"role":"user","content":"use \\"model\\": x","model":"inner"}],\n "model" : "coder" ,"stream":true}'
+    body = (b'{ "messages":[{"role":"user","content":"use \\"model\\": x","model":"inner"}],'
+            b'\n "model" : "coder" ,"stream":true}')
     out = rewrite_model(body, "qwen2.5-coder-7b-instruct")
     assert out == body.replace(b'"coder"', b'"qwen2.5-coder-7b-instruct"')
     assert json.loads(out)["messages"][0]["model"] == "inner"

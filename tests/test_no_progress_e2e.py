@@ -58,7 +58,8 @@ def test_re_running_a_check_with_the_same_output_after_edits_is_noted_not_stoppe
     assert warning["reason"] == "no_progress" and warning["detail"]["count"] == 8
     assert "re-ran run" in warning["message"]
     after = scrape(gateway.url)
-    assert sample(after, "taskgate_no_progress_signals_total") - sample(before, "taskgate_no_progress_signals_total") == 2
+    assert sample(after, "taskgate_no_progress_signals_total") \
+        - sample(before, "taskgate_no_progress_signals_total") == 2
     assert sample(after, "taskgate_loop_notes_total", rule="no_progress") \
         - sample(before, "taskgate_loop_notes_total", rule="no_progress") == 2
 

@@ -24,7 +24,8 @@ def test_redactor_masks_every_key_and_leaves_other_bytes_alone() -> None:
     assert r(data) == b'{"error": {"message": "Incorrect API key provided: ' + MASK + b'"}}'
     clean = b"data: {\"x\": \"short sk-aaaa\"}\n\n"
     assert r(clean) is clean  # untouched: the same object, byte for byte
-    assert r.headers([(b"x-echo", b"Bearer sk-aaaaaaaaaaaa"), (b"a", b"b")]) == [(b"x-echo", b"Bearer " + MASK), (b"a", b"b")]
+    assert r.headers([(b"x-echo", b"Bearer sk-aaaaaaaaaaaa"), (b"a", b"b")]) == [(b"x-echo", b"Bearer " + MASK),
+                                                                                 (b"a", b"b")]
     assert Redactor([])(data) is data
 
     class S:
@@ -65,7 +66,8 @@ def raw_gateway(database_url: str, raw: RawUpstream) -> Iterator[GatewayProcess]
 
 def _chunk(text: str) -> bytes:
     return b"data: " + json.dumps({"id": "c1", "object": "chat.completion.chunk", "model": "m",
-                                   "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}).encode() + b"\n\n"
+                                   "choices": [{"index": 0, "delta": {"content": text},
+                                                "finish_reason": None}]}).encode() + b"\n\n"
 
 
 USAGE = (b'data: {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": [], '
@@ -95,7 +97,8 @@ def test_a_stream_under_another_content_type_is_watched_as_a_stream(raw_gateway,
     admin = Admin(raw_gateway.url)
     task_id, token = admin.create_task()
     stream = _chunk("hi") + USAGE + b"data: [DONE]\n\n"
-    raw.reply("200 OK", [("content-type", content_type)] if content_type else [], _chunk("hi"), 0.05, USAGE + b"data: [DONE]\n\n")
+    raw.reply("200 OK", [("content-type", content_type)] if content_type else [], _chunk("hi"), 0.05,
+              USAGE + b"data: [DONE]\n\n")
     # the client asks for usage itself, so its usage chunk is its own and relayed unchanged
     r = httpx.post(raw_gateway.url + "/v1/chat/completions", headers={"authorization": f"Bearer {token}"},
                    json={"model": "m", "stream": True, "stream_options": {"include_usage": True},
@@ -111,7 +114,8 @@ def test_a_json_body_to_a_stream_request_is_relayed_as_a_body(raw_gateway, raw):
     admin = Admin(raw_gateway.url)
     _, token = admin.create_task()
     body = json.dumps({"id": "c1", "object": "chat.completion", "model": "m", "choices": []}).encode()
-    raw.reply("200 OK", [("content-type", "application/json"), ("content-length", str(len(body)))], body[:5], 0.05, body[5:])
+    raw.reply("200 OK", [("content-type", "application/json"), ("content-length", str(len(body)))], body[:5], 0.05,
+              body[5:])
     r = httpx.post(raw_gateway.url + "/v1/chat/completions", headers={"authorization": f"Bearer {token}"},
                    json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
     assert r.status_code == 200 and r.content == body

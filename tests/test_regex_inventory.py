@@ -152,6 +152,7 @@ def test_the_allowlist_names_only_patterns_that_exist() -> None:
 
 def test_modules_reading_agent_text_use_no_backtracking_regex() -> None:
     """The modules that read the agent's own text: not even an allowlisted ``re``."""
-    for module in ("app/guard/text_actions.py", "app/guard/text_conventions.py", "app/guard/preview.py", "app/guard/normalize.py",
+    for module in ("app/guard/text_actions.py", "app/guard/text_conventions.py", "app/guard/preview.py",
+                   "app/guard/normalize.py",
                    "app/guard/fingerprint.py", "app/guard/request_text.py", "app/guard/text_turns.py"):
         assert not _patterns(ROOT / module), module

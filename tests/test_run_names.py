@@ -26,8 +26,7 @@ import httpx
 import pytest
 
 from app.admin.schemas import TASK_ID_PATTERN
-from app.budgets.keys import (RUN_LABEL_CHARS, earlier_run_task_ids, legacy_run_task_id, run_label,
-                              run_task_id)
+from app.budgets.keys import RUN_LABEL_CHARS, earlier_run_task_ids, legacy_run_task_id, run_label, run_task_id
 from app.cli.run import default_run_name
 from app.proxy.run_path import unprefixed
 from tests.support import ADMIN_TOKEN, GatewayProcess

@@ -29,7 +29,8 @@ def connect(gw: GatewayProcess) -> socket.socket:
     return socket.create_connection(("127.0.0.1", gw.port), timeout=15)
 
 
-def closed_after(s: socket.socket, trickle: bytes = b"", every_s: float = 0.2, limit_s: float = 12) -> tuple[float, bytes]:
+def closed_after(s: socket.socket, trickle: bytes = b"", every_s: float = 0.2,
+                 limit_s: float = 12) -> tuple[float, bytes]:
     """Seconds until the server closes ``s`` (sending ``trickle`` one byte every
     ``every_s`` meanwhile), and what it sent."""
     started = time.monotonic()

@@ -174,7 +174,8 @@ def test_line_splitter_and_sse_sniffing() -> None:
     assert lines.decode("a") == [] and lines.decode("b\r") == [] and lines.decode("\nc\rd\n\n") == ["ab", "c", "d", ""]
     assert lines.decode("tail") == [] and lines.flush() == ["tail"] and lines.flush() == []
     assert lines.decode("x\r") == [] and lines.flush() == ["x"]
-    for prefix in (b"data: {}", b"event: message_start\n", b": ping\n", b"\xef\xbb\xbfdata:", b"\n\nid: 1", b"retry: 5"):
+    for prefix in (b"data: {}", b"event: message_start\n", b": ping\n", b"\xef\xbb\xbfdata:", b"\n\nid: 1",
+                   b"retry: 5"):
         assert looks_like_sse(prefix), prefix
     for prefix in (b'{"id": 1}', b"[1]", b"", b"hello", b"<html>"):
         assert not looks_like_sse(prefix), prefix

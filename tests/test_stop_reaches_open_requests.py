@@ -26,7 +26,6 @@ import httpx
 import pytest
 
 from app.db.pool import asyncpg_dsn
-
 from tests.pgbouncer import NOT_INSTALLED, pgbouncer, pgbouncer_binary
 from tests.support import Admin, GatewayProcess
 from tests.test_loop_guard_e2e import chat_agent, run_until_stopped

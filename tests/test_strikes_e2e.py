@@ -51,7 +51,8 @@ def test_a_non_streamed_repeating_answer_then_the_next_request_at_once_is_refuse
             task_id, token = admin.create_task(loop_guard=LATCH_OUTPUT)
             headers = {"authorization": f"Bearer {token}"}
             answer = http.post("/v1/chat/completions", headers=headers, json={"model": CHANT, "messages": USER})
-            assert answer.status_code == 200 and answer.json()["choices"][0]["message"]["content"].count(PHRASE) == 40, answer.text
+            assert answer.status_code == 200, answer.text
+            assert answer.json()["choices"][0]["message"]["content"].count(PHRASE) == 40, answer.text
             following = http.post("/v1/chat/completions", headers=headers,  # no delay: as an agent does
                                   json={"model": "mock-model", "messages": USER})
             assert following.status_code == 400, (run, following.text)
@@ -251,7 +252,8 @@ def test_a_withheld_responses_answer_is_a_502_and_the_note_a_developer_message(g
                           json={"model": CHANT, "input": [{"role": "user", "content": "explain"}]})
     assert withheld.status_code == 502 and withheld.json()["error"]["code"] == "repeated_output"
     assert httpx.post(gateway.url + "/v1/responses", headers=headers, timeout=30,
-                      json={"model": "mock-model", "input": [{"role": "user", "content": "explain"}]}).status_code == 200
+                      json={"model": "mock-model",
+                            "input": [{"role": "user", "content": "explain"}]}).status_code == 200
     sent = upstream.requests[-1].json["input"]
     assert sent[-1]["role"] == "developer" and "[taskgate] Note:" in json.dumps(sent[-1])
     assert admin.task(task_id)["status"] == "active"

@@ -160,14 +160,18 @@ def test_pairs_with_different_replies_are_not_actions():
 def test_structured_turns_are_left_to_the_structured_path():
     chat = {"messages": [{"role": "user", "content": "go"},
                          {"role": "assistant", "content": "Action: x\nAction Input: 1",
-                          "tool_calls": [{"id": "c", "type": "function", "function": {"name": "x", "arguments": "{}"}}]},
+                          "tool_calls": [{"id": "c", "type": "function",
+                                          "function": {"name": "x", "arguments": "{}"}}]},
                          {"role": "tool", "tool_call_id": "c", "content": "ok"}]}
     anthropic = {"messages": [{"role": "user", "content": "go"},
                               {"role": "assistant", "content": [{"type": "text", "text": "```\nls\n```"},
-                                                                {"type": "tool_use", "id": "t", "name": "x", "input": {}}]},
-                              {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]}]}
+                                                                {"type": "tool_use", "id": "t", "name": "x",
+                                                                 "input": {}}]},
+                              {"role": "user",
+                               "content": [{"type": "tool_result", "tool_use_id": "t", "content": "ok"}]}]}
     responses = {"input": [{"role": "user", "content": "go"},
-                           {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "```\nls\n```"}]},
+                           {"type": "message", "role": "assistant",
+                            "content": [{"type": "output_text", "text": "```\nls\n```"}]},
                            {"type": "function_call", "call_id": "f", "name": "x", "arguments": "{}"},
                            {"type": "function_call_output", "call_id": "f", "output": "ok"}]}
     for payload in (chat, anthropic, responses):
@@ -207,7 +211,8 @@ def test_tail_reads_back_to_the_second_last_assistant_turn_only():
 
 
 def test_odd_shapes_never_raise():
-    for payload in (None, [], {}, {"messages": "x"}, {"messages": [None, 3, {"role": 5}, {"role": "user", "content": 7}]},
+    for payload in (None, [], {}, {"messages": "x"},
+                    {"messages": [None, 3, {"role": 5}, {"role": "user", "content": 7}]},
                     {"input": "just text"}, body(("assistant", "Calling tools:\n[" + "[" * 5000 + "]" * 5000 + "]"),
                                                  ("user", "x"))):
         extract(tail(payload), KEY)

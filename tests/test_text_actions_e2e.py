@@ -23,7 +23,8 @@ def react_agent(gateway, token: str, result=lambda args: "alpha\nbeta", scratchp
     """A hand-written ReAct loop: the model's text names a tool, the agent runs it and sends
     the result back as text (an ``Observation:`` user turn, or appended to one prompt)."""
     client = openai.OpenAI(base_url=gateway.url + "/v1", api_key=token, max_retries=0)
-    messages: list[dict] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Question: what is in a?"}]
+    messages: list[dict] = [{"role": "system", "content": SYSTEM},
+                            {"role": "user", "content": "Question: what is in a?"}]
 
     def step() -> None:
         answer = client.chat.completions.create(model="mock-model", messages=messages,
@@ -85,7 +86,7 @@ def smolagents_run(gateway, token: str, agent_class, max_steps: int = 20):
     agent = agent_class(tools=[read_file], model=model, max_steps=max_steps, verbosity_level=0)
     try:
         return agent.run("read README.md"), None
-    except Exception as exc:  # smolagents wraps the refusal in AgentGenerationError
+    except Exception as exc:  # noqa: BLE001 - returned: smolagents wraps the refusal in AgentGenerationError
         return None, exc
 
 

@@ -195,7 +195,8 @@ def test_messages_tool_use(claude: anthropic.Anthropic, upstream: UpstreamServer
     assert all(b.id.startswith("toolu_") for b in blocks)
 
     with claude.messages.stream(model="claude-test", max_tokens=50, messages=MESSAGES) as stream:
-        fragments = [e.delta.partial_json for e in stream if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+        fragments = [e.delta.partial_json for e in stream
+                     if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
         final = stream.get_final_message()
     assert len(fragments) > 2
     streamed = [b for b in final.content if b.type == "tool_use"]
@@ -225,7 +226,8 @@ def test_error_scenario_shapes(oai: openai.OpenAI, claude: anthropic.Anthropic, 
     with pytest.raises(openai.RateLimitError) as oe:
         oai.chat.completions.create(model="gpt-test", messages=MESSAGES, stream=True)
     assert oe.value.response.headers["retry-after"] == "7"
-    assert oe.value.body == {"message": "slow down", "type": "rate_limit_error", "param": None, "code": "rate_limit_exceeded"}
+    assert oe.value.body == {"message": "slow down", "type": "rate_limit_error", "param": None,
+                             "code": "rate_limit_exceeded"}
 
     upstream.script("error", status=529, message="overloaded")
     with pytest.raises(anthropic.APIStatusError) as ae:
@@ -240,7 +242,8 @@ def test_scenario_by_model_name_and_tool_cycle(oai: openai.OpenAI, upstream: Ups
 
     upstream.script("tool_cycle", calls=[{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": 1}}])
     names = [
-        (oai.chat.completions.create(model="gpt-test", messages=MESSAGES).choices[0].message.tool_calls or [])[0].function.name  # type: ignore[union-attr]
+        (oai.chat.completions.create(model="gpt-test", messages=MESSAGES).choices[0].message.tool_calls
+         or [])[0].function.name  # type: ignore[union-attr]
         for _ in range(4)
     ]
     assert names == ["a", "b", "a", "b"]
@@ -262,7 +265,8 @@ def test_recording_and_response_headers(http: httpx.Client, upstream: UpstreamSe
     assert r.headers["x-request-id"].startswith("req_")
     assert "x-ratelimit-remaining-requests" in r.headers
     (rec,) = upstream.requests
-    assert (rec.method, rec.path, rec.wire, rec.stream, rec.status) == ("POST", "/v1/chat/completions?trace=1", "chat", False, 200)
+    assert (rec.method, rec.path, rec.wire, rec.stream, rec.status) == \
+        ("POST", "/v1/chat/completions?trace=1", "chat", False, 200)
     assert rec.headers["x-session-id"] == "abc"
     assert rec.json == _chat(stream=False) and json.loads(rec.body) == rec.json
     assert rec.finished and not rec.disconnected

@@ -281,7 +281,8 @@ def test_anthropic_sdk_raises_api_status_error_on_a_stall(gateway, admin, upstre
             for text in stream.text_stream:
                 pieces.append(text)
     body = exc.value.body
-    assert body["type"] == "error" and body["error"]["type"] == "api_error" and set(body["error"]) == {"type", "message"}
+    assert body["type"] == "error" and body["error"]["type"] == "api_error"
+    assert set(body["error"]) == {"type", "message"}
     assert "went silent" in body["error"]["message"]
     assert "".join(pieces) and TEXT.startswith("".join(pieces))
     with pytest.raises(anthropic.APIStatusError):

@@ -91,7 +91,8 @@ def test_the_format_is_decided_once_from_the_path_and_an_anthropic_client_header
     (CASES[2], (409, "invalid_request_error"), (503, "overloaded_error"), (401, "authentication_error")),
 ], ids=IDS)
 def test_a_refusal_has_the_formats_status_and_type(case: Case, stopped: tuple[int, str],
-                                                   unavailable_: tuple[int, str], unauthorized: tuple[int, str]) -> None:
+                                                   unavailable_: tuple[int, str],
+                                                   unauthorized: tuple[int, str]) -> None:
     fmt = case.fmt
     assert fmt.refusal(400, "task_stopped") == stopped
     assert fmt.refusal(503, "gateway_unavailable") == unavailable_

@@ -111,7 +111,8 @@ def test_text_stream_classification_in_order() -> None:
     # created, in_progress, item added, part added, 8 text deltas, text done, part done,
     # item done, completed
     assert kinds == [D, D, D, D] + [C] * 8 + [D, D, D, T]
-    assert summary == ResponseSummary(tool_calls=[], usage=Usage(5600, 14, cache_read_input_tokens=5120), terminal_seen=True)
+    assert summary == ResponseSummary(tool_calls=[], usage=Usage(5600, 14, cache_read_input_tokens=5120),
+                                      terminal_seen=True)
 
 
 def test_tool_stream_classification_in_order() -> None:

@@ -25,7 +25,7 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["content-length"]))
                 receiver.posts.append({"body": json.loads(body),
                                        "content_type": self.headers["content-type"]})

@@ -11,10 +11,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from app.admin.errors import AdminError, responses
-from app.admin.routes import TaskIdPath, router as admin_routes
-from app.admission import reservations
 from app import retention
+from app.admin.errors import AdminError, responses
+from app.admin.routes import TaskIdPath
+from app.admin.routes import router as admin_routes
+from app.admission import reservations
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=admin_routes.dependencies)
 

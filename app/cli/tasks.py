@@ -17,7 +17,6 @@ from app.cli import render
 from app.cli.client import AdminClient, AdminError, connect
 from app.cli.help import FullHelpGroup
 
-
 #: A command function the option decorators wrap (click returns it unchanged).
 Command = TypeVar("Command", bound=Callable[..., Any])
 

@@ -100,7 +100,8 @@ def routing_table(config: GatewayConfig) -> list[dict[str, str]]:
             "price": (f"${price.input_per_mtok:g} in / ${price.output_per_mtok:g} out per MTok ({source})"
                       if price is not None else ("per model, built-in table" if entry.is_glob else "unknown")),
             "max_output_tokens": str(entry.max_output_tokens
-                                     or (None if entry.is_glob else default_max_output_tokens(entry.upstream_model or entry.name))
+                                     or (None if entry.is_glob
+                                         else default_max_output_tokens(entry.upstream_model or entry.name))
                                      or "-"),
         })
     return rows

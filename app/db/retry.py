@@ -62,7 +62,7 @@ class Backlog:
             await asyncio.sleep(delay)
             try:
                 await write()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 if not database_unreachable(exc):
                     logger.exception("recording %s failed", what)
                     self.dropped += 1

@@ -9,7 +9,6 @@ from typing import Any
 
 import asyncpg
 
-
 _GET = ("SELECT requests, tool_calls, first_request_at, response_hash, response_streak"
         " FROM conversations WHERE task_id = $1 AND conversation_key = $2")
 _COUNT_REQUEST = (

@@ -99,7 +99,8 @@ DEFAULT_RULES: tuple[Rule, ...] = (
           r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2}\b)?",
           "<timestamp>"),
     _rule("log_timestamp",
-          rf"\[\d{{2}}/{_MONTH}/\d{{4}}:\d{{2}}:\d{{2}}:\d{{2}} [+-]\d{{4}}\]|\b{_MONTH} [ \d]\d \d{{2}}:\d{{2}}:\d{{2}}\b",
+          rf"\[\d{{2}}/{_MONTH}/\d{{4}}:\d{{2}}:\d{{2}}:\d{{2}} [+-]\d{{4}}\]"
+          rf"|\b{_MONTH} [ \d]\d \d{{2}}:\d{{2}}:\d{{2}}\b",
           "<timestamp>"),
     _rule("clock_time", r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d{1,9})?\b", "<time>"),
     _rule("hex_id", r"\b[0-9A-Fa-f]{16,}\b", _hex_id),

@@ -4,8 +4,9 @@ structured ``tool_calls`` and ``role: "tool"`` messages.
 
 Pure and table-driven: :data:`app.guard.text_conventions.CONVENTIONS` is an ordered
 tuple of parsers, tried in order on the latest assistant turn of the tail
-(:func:`app.guard.text_turns.tail`); the first that finds an action wins. The observation is the text of the turns after it (user
-turns; system turns skipped), with a leading ``Observation:`` removed.
+(:func:`app.guard.text_turns.tail`); the first that finds an action wins. The observation
+is the text of the turns after it (user turns; system turns skipped), with a leading
+``Observation:`` removed.
 
 Conventions (in order): those of :mod:`app.guard.text_conventions` (``smolagents_calls``,
 ``react``, ``code_block``; a smolagents ``Call id: <id>\\nError:\\n<error>`` observation is

@@ -17,7 +17,6 @@ import asyncpg
 
 from app.errors import fail_closed, unauthorized
 
-
 _EXISTS = "SELECT 1 FROM tasks WHERE token_hash = $1"
 
 

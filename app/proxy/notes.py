@@ -61,7 +61,7 @@ async def notice_for(pool: asyncpg.Pool, settings: Settings, task: Task, verdict
     if task.pending_notes and conversation_key and settings.guard_notes:
         try:
             taken = await take_note(pool, task.id, conversation_key)
-        except Exception:  # noqa: BLE001 - admitted: it is forwarded, the note waits for the next one
+        except Exception:  # admitted: it is forwarded, the note waits for the next one
             logger.warning("could not read the pending note of task %s", task.id, exc_info=True)
             taken = None
         if taken is not None:

@@ -36,8 +36,9 @@ class Outcome:
     ``upstream_unreachable`` (connect error, 502), ``upstream_timeout`` (504),
     ``disconnected`` (the client left), ``stopped`` (cut because the task was
     latched; ``detail["code"]`` is the stop reason), ``repeated_output`` (the answer kept
-    repeating itself), ``struck`` (a soft rule struck the answer; ``detail["code"]`` is the rule). ``summary`` holds what the response showed
-    so far (tool calls, usage). ``detail`` is JSON-ready context for the task history.
+    repeating itself), ``struck`` (a soft rule struck the answer; ``detail["code"]`` is the
+    rule). ``summary`` holds what the response showed so far (tool calls, usage).
+    ``detail`` is JSON-ready context for the task history.
     """
 
     kind: OutcomeKind = "completed"

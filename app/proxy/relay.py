@@ -8,12 +8,12 @@
   half an event, and the events of the bytes relayed feed the wire format's observer
   (tool calls, usage, progress). The **stream-silence watchdog**
   (:class:`app.proxy.read_deadline.ReadDeadline`, its deadline decided by
-  :class:`app.proxy.stream_progress.StreamProgress`) bounds each upstream read:
-  before the first content event the deadline is ``stream_first_event_timeout_s``
-  from the start, after it ``stream_idle_timeout_s`` from the last data event. Heartbeats (SSE comments, Anthropic ``ping``) are relayed
-  but move no deadline. On a stall, or when upstream ends without its terminal
-  event, the upstream connection is closed and the client gets the format's terminal
-  error event (:meth:`app.wire.base.WireFormat.stream_error`).
+  :class:`app.proxy.stream_progress.StreamProgress`) bounds each upstream read: before the
+  first content event the deadline is ``stream_first_event_timeout_s`` from the start,
+  after it ``stream_idle_timeout_s`` from the last data event. Heartbeats (SSE comments,
+  Anthropic ``ping``) are relayed but move no deadline. On a stall, or when upstream ends
+  without its terminal event, the upstream connection is closed and the client gets the
+  format's terminal error event (:meth:`app.wire.base.WireFormat.stream_error`).
 - **After the terminal event** (or upstream's own error event) whatever upstream
   still sends is relayed until it closes (Responses ``error`` then
   ``response.failed``; a ``data: [DONE]`` after ``response.completed``), for at most
@@ -177,7 +177,7 @@ class RelayResponse(Response):
                 self.outcome.summary = self._stream.observer.summary()  # the ledger keeps what was seen
             try:
                 await asyncio.shield(self.on_finish(self.outcome))
-            except Exception:  # noqa: BLE001 - the client already has its answer
+            except Exception:  # the client already has its answer
                 logger.exception("recording the outcome of %s failed", self.outcome.detail)
 
     async def _relay_here(self, send: Send) -> None:
@@ -359,7 +359,8 @@ class RelayResponse(Response):
             kind, status, code = "upstream_unreachable", 502, "upstream_unreachable"
             message = f"The upstream provider could not be reached ({name})."
         else:
-            kind, status, code, message = "truncated", 502, "upstream_error", f"The upstream response broke off ({name})."
+            kind, status, code = "truncated", 502, "upstream_error"
+            message = f"The upstream response broke off ({name})."
         self.outcome.kind = kind
         self.outcome.status = status
         self.outcome.detail["code"] = code

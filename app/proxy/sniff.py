@@ -21,8 +21,9 @@ SNIFF_BYTES = 64
 async def sniff_stream(upstream: UpstreamResponse, deadline: float) -> tuple[bool, AsyncIterator[bytes]]:
     """``(is_stream, chunks)``: whether ``upstream``'s body begins an SSE stream, and
     all of its (decoded) body bytes, the sniffed start included. Reading stops at the
-    first line end, :data:`SNIFF_BYTES` or the end of the body. Raises :class:`TimeoutError` past ``deadline`` (event-loop time) and :class:`httpx.HTTPError` (:mod:`app.proxy.transport`)
-    when the body breaks off, before anything was relayed."""
+    first line end, :data:`SNIFF_BYTES` or the end of the body. Raises :class:`TimeoutError`
+    past ``deadline`` (event-loop time) and :class:`httpx.HTTPError`
+    (:mod:`app.proxy.transport`) when the body breaks off, before anything was relayed."""
     chunks = upstream.aiter_bytes()
     first = b""
     async with asyncio.timeout_at(deadline):

@@ -18,8 +18,8 @@ gateway process hears it in one of two ways:
   interval reads which of their tasks are stopped. Nothing runs while nothing is open.
 
 Either way, the task row is read (through the main pool) and, unless the reason is
-in :data:`NOT_CUT` (``request_limit``, ``cost_limit``), every open request of the task is cut with the task's stop refusal
-(:func:`app.admission.refusals.stop_refusal`, the one its next request would get from
+in :data:`NOT_CUT` (``request_limit``, ``cost_limit``), every open request of the task is
+cut with the task's stop refusal (:func:`app.admission.refusals.stop_refusal`, the one its next request would get from
 admission; :meth:`RelayResponse.cut`); a
 ``cut_open_requests`` event records how many, which path heard it, which process,
 and the seconds from ``stopped_at`` to the cut.
@@ -46,8 +46,8 @@ import asyncpg
 from app.admission.refusals import stop_refusal
 from app.budgets import pause
 from app.db import tasks as task_rows
-from app.db.pool import asyncpg_dsn
 from app.db.errors import database_unreachable
+from app.db.pool import asyncpg_dsn
 from app.fault_log import faults
 from app.proxy.open_requests import OpenRequests
 from app.settings import Settings
@@ -132,7 +132,7 @@ class StopWatcher:
         try:
             async with self.pool.acquire() as conn:
                 await task_rows.add_event(conn, task_id, "cut_open_requests", reason, detail)
-        except Exception:  # noqa: BLE001 - the requests are cut; the record is best effort
+        except Exception:  # the requests are cut; the record is best effort
             logger.exception("recording cut_open_requests for task %s failed", task_id)
 
     # -- LISTEN -------------------------------------------------------------------
@@ -151,7 +151,7 @@ class StopWatcher:
     async def _check_logged(self, task_ids: list[str], path: str) -> None:
         try:
             await self.check(task_ids, path)
-        except Exception as exc:  # noqa: BLE001 - the poller or the next notification retries
+        except Exception as exc:  # the poller or the next notification retries
             if not database_unreachable(exc):
                 logger.exception("reading the latch of %s failed", task_ids)
             else:  # one line per outage (the fault log), not a traceback per poll

@@ -151,7 +151,7 @@ class UpstreamResponse:
         if self._body is None:
             try:
                 raw = await self._response.read()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - re-raised below, aiohttp's as httpx's
                 raise upstream_error(exc) or exc  # aiohttp's errors as httpx's; others as they are
             decoder = _Decoder(self.headers.get("content-encoding"))
             self._body = decoder.decode(raw) + decoder.flush()
@@ -218,7 +218,7 @@ class _RawChunks:
     async def __anext__(self) -> bytes:
         try:
             chunk = await self._content.readany()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - re-raised below, aiohttp's as httpx's
             raise upstream_error(exc) or exc  # aiohttp's errors as httpx's; others as they are
         if not chunk:
             raise StopAsyncIteration
@@ -276,7 +276,7 @@ class UpstreamClient:
         try:
             response = await self._session.request(request.method, request.url, data=request.content,
                                                    headers=request.headers, allow_redirects=False)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - re-raised below, aiohttp's as httpx's
             raise upstream_error(exc) or exc  # aiohttp's errors as httpx's; others as they are
         upstream = UpstreamResponse(response)
         if not stream:

@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 from app.wire import json_text
-
 from app.wire.base import EndKind, RequestView, Usage
 
 _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text"})

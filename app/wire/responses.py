@@ -24,7 +24,6 @@ from app.wire._common import (
     as_str,
     flatten_output,
     join_seed,
-    loads,
     loads_text,
     openai_end_type,
     openai_error_body,

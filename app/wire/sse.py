@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import codecs
 
-
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024
 """Default bound on one pending SSE event (16 MiB)."""
 

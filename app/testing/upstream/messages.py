@@ -26,7 +26,8 @@ def _messages_usage(r: Reply) -> dict[str, int]:
     }
 
 
-def _messages_object(model: str, tok: str, content: list[Any], stop: str | None, usage: dict[str, int]) -> dict[str, Any]:
+def _messages_object(model: str, tok: str, content: list[Any], stop: str | None,
+                     usage: dict[str, int]) -> dict[str, Any]:
     return {
         "id": f"msg_{tok}",
         "type": "message",

@@ -44,7 +44,8 @@ def _responses_object(
 
 
 def _responses_message(tok: str, text: str, status: str) -> dict[str, Any]:
-    content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}] if status == "completed" else []
+    content = ([{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+               if status == "completed" else [])
     return {"type": "message", "id": f"msg_{tok}", "status": status, "role": "assistant", "content": content}
 
 

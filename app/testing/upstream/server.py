@@ -171,7 +171,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m app.testing.upstr
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument(
-        "--scenario", default="text", help=f"what it answers (docs/mock-upstream.md), one of: {', '.join(sorted([*SCENARIOS, *ALIASES]))} (default text)"
+        "--scenario", default="text",
+        help=f"what it answers (docs/mock-upstream.md), one of: {', '.join(sorted([*SCENARIOS, *ALIASES]))}"
+             " (default text)"
     )
     parser.add_argument(
         "--param", "-p", action="append", type=_param, default=[], metavar="KEY=VALUE",
