@@ -22,14 +22,15 @@ import asyncpg
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 
 from app.admin import budget_schemas as schemas
+from app.admin.auth import require_admin
 from app.admin.errors import AdminError, responses
-from app.admin.routes import AfterSeq, _require_admin
+from app.admin.routes import AfterSeq
 from app.admission.tokens import token_hash
-from app.budgets import keys as budget_keys
 from app.budgets import escrow, pause, rates, thresholds, windows
+from app.budgets import keys as budget_keys
 from app.db.pool import durable
 
-router = APIRouter(prefix="/admin", tags=["budgets"], dependencies=[Depends(_require_admin)])
+router = APIRouter(prefix="/admin", tags=["budgets"], dependencies=[Depends(require_admin)])
 
 BudgetIdPath = Annotated[str, Path(pattern=schemas.BUDGET_ID_PATTERN, description="The budget's id.")]
 KeyIdPath = Annotated[str, Path(pattern=schemas.KEY_ID_PATTERN, description="The key's id.")]

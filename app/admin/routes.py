@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import secrets
 from collections import defaultdict
-from decimal import Decimal
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 import asyncpg
+from fastapi import APIRouter, Body, Depends, Path, Query, Request, Response
 
 from app.admin import schemas
+from app.admin.auth import require_admin
 from app.admin.errors import AdminError, responses
 from app.admission.refusals import event_message, stop_message
 from app.admission.tokens import new_token, token_hash
@@ -32,20 +32,7 @@ from app.guard.policy import Policy
 from app.request_ids import REQUEST_ID
 from app.task import Task
 
-_bearer = HTTPBearer(auto_error=False)
-
-
-def _require_admin(request: Request,
-                   credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
-    expected = request.app.state.settings.admin_token
-    if credentials is None or not secrets.compare_digest(credentials.credentials.encode(),
-                                                         expected.encode()):
-        raise AdminError(401, "unauthorized",
-                         "Missing or wrong admin token (Authorization: Bearer <TASKGATE_ADMIN_TOKEN>).",
-                         headers={"WWW-Authenticate": "Bearer"})
-
-
-router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(_require_admin)])
+router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)])
 
 #: ``{task_id}`` in paths: a task id as ``POST /admin/tasks`` accepts it (422 otherwise).
 TaskIdPath = Annotated[str, Path(pattern=schemas.TASK_ID_PATTERN, description="The task's id.")]
