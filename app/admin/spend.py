@@ -56,7 +56,8 @@ _CHAIN = """chain(budget_id, rollup) AS (
   UNION ALL
   SELECT c.budget_id, b.parent_id FROM chain c JOIN budgets b ON b.id = c.rollup WHERE b.parent_id IS NOT NULL)"""
 _SUMS = ("coalesce(sum(s.requests), 0)::bigint AS requests, coalesce(sum(s.input_tokens), 0)::bigint AS input_tokens,"
-         " coalesce(sum(s.output_tokens), 0)::bigint AS output_tokens, coalesce(sum(s.cost_usd), 0) AS cost_usd")
+         " coalesce(sum(s.output_tokens), 0)::bigint AS output_tokens,"
+         " coalesce(sum(s.cost_usd), 0)::numeric(30, 10) AS cost_usd")
 _TOTAL = f"SELECT {_SUMS} FROM spend_daily s WHERE s.day BETWEEN $1 AND $2"
 
 
@@ -144,7 +145,7 @@ def _row(record: Any, keys: list[str]) -> dict[str, Any]:
     row = {k: (record[k].isoformat() if k == "day" else record[k]) for k in keys}
     row.update(requests=record["requests"], input_tokens=record["input_tokens"],
                output_tokens=record["output_tokens"], total_tokens=record["input_tokens"] + record["output_tokens"],
-               cost_usd=str(Decimal(record["cost_usd"])))
+               cost_usd=format(Decimal(record["cost_usd"]), "f"))
     return row
 
 

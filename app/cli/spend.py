@@ -42,7 +42,7 @@ def pages(api: AdminClient, params: dict[str, Any]) -> Iterator[JsonObject]:
 
 def _cell(key: str, value: Any) -> str:
     if value is None:
-        return "-" if key in ("budget", "run", "model") else ""
+        return "(none)" if key in ("budget", "run") else "(unknown)" if key == "model" else ""
     return dollars(value) if key == "cost_usd" else str(value)
 
 
