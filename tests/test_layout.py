@@ -1,8 +1,10 @@
-"""The house's structure, read from the source: no import circle, the core never
-imports the rooms above it, and no module grows past ~400 lines.
+"""The house's structure, read from the source: no import circle (but inside the scripted
+upstream of ``app.testing``), the core never imports the rooms above it, at most three
+imports run from a lower floor to a higher one, and no module grows past 600 lines.
 
-Imports are read with :mod:`ast` (nothing is imported); those under
-``if TYPE_CHECKING:`` are annotations only and are left out.
+One job per module; 600 lines is a backstop, not a size to aim for. Imports are read with
+:mod:`ast` (nothing is imported), those under ``if TYPE_CHECKING:`` counted too: an
+annotation ties a module to the one it names as much as a call does.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: these rooms.
 ABOVE = ("app.admin", "app.console", "app.cli", "app.main", "app.handlers", "app.demo", "app.demo_mcp",
          "app.startup", "app.server", "app.testing")
-MAX_LINES = 400
+#: The backstop: a module past it does more than one job.
+MAX_LINES = 600
 
 
 def _module_name(path: Path) -> str:
@@ -27,24 +30,14 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def _imports(path: Path, modules: set[str]) -> set[str]:
-    """The ``app`` modules ``path`` imports at run time (module-level or in functions)."""
+    """The ``app`` modules ``path`` imports (module-level, in functions, or for annotations)."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for other in child.orelse:
-                    visit(other)
-                continue
             if isinstance(child, ast.Import):
                 found.update(a.name for a in child.names)
             elif isinstance(child, ast.ImportFrom):
@@ -72,6 +65,10 @@ def _within(module: str, prefixes: tuple[str, ...]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
+#: Where import circles are allowed: the scripted upstream (test support, not the gateway).
+CIRCLES_ALLOWED = ("app.testing",)
+
+
 def test_no_import_circle() -> None:
     graph = _graph()
     index: dict[str, int] = {}
@@ -95,7 +92,7 @@ def test_no_import_circle() -> None:
                 component.append(w)
                 if w == v:
                     break
-            if len(component) > 1:
+            if len(component) > 1 and not all(_within(m, CIRCLES_ALLOWED) for m in component):
                 circles.append(sorted(component))
 
     for module in graph:
@@ -110,9 +107,9 @@ def test_the_core_never_imports_the_rooms_above_it() -> None:
     assert upward == []
 
 
-def test_no_module_over_400_lines() -> None:
-    """Application, benchmark and test-support modules (test files themselves are
-    tables of cases and may run longer)."""
+def test_no_module_over_the_backstop() -> None:
+    """Application, benchmark and test-support modules stay under :data:`MAX_LINES` (test
+    files themselves are tables of cases and may run longer)."""
     paths = [*(ROOT / "app").rglob("*.py"), *(ROOT / "bench").rglob("*.py"),
              *(p for p in (ROOT / "tests").glob("*.py") if not p.name.startswith("test_"))]
     ours = [p for p in paths if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
@@ -123,15 +120,19 @@ def test_no_module_over_400_lines() -> None:
 
 
 #: The core's floors, bottom first (docs/layout.md draws them): a module may import its own
-#: floor and those below. The admission transaction sits above budgets, which use
-#: admission's pure rules (the ceiling decision, dollars, tokens).
+#: floor and those below; the longest prefix names a module's floor. The admission
+#: transaction (with its outcomes and the reconciliation of its log) sits above budgets,
+#: which use admission's pure rules (the ceiling decision, dollars, tokens). What one
+#: relayed exchange reports (app.proxy.outcome: pure values over the wire's summary) sits at
+#: the bottom, where the events that carry it are; the guard's ledger (its storage) sits on
+#: admission's floor, whose settlement it records.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("app.wire", "app.db", "app.config", "app.task", "app.errors", "app.request_ids", "app.settings",
-     "app.fault_log", "app.events", "app.client_caps", "app.stop_reasons"),
+     "app.fault_log", "app.events", "app.client_caps", "app.stop_reasons", "app.proxy.outcome"),
     ("app.guard",),
-    ("app.admission",),
+    ("app.admission", "app.guard.ledger"),
     ("app.budgets",),
-    ("app.admission.admission",),
+    ("app.admission.admission", "app.admission.outcomes", "app.admission.reconcile"),
     ("app.proxy", "app.app_state"),
     ("app.mcp",),  # the MCP gateway: the proxy's inbound checks and token lookup, admission's rules
     ("app.jobs", "app.retention"),

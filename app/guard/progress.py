@@ -28,15 +28,26 @@ Cost: O(len(history)) time, O(1) memory.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from app.guard.detector import CallRecord
+from typing import Any, Protocol
 
 DEFAULT_NO_PROGRESS_RERUNS = 8
 
 
-def unchanged_reruns(done: Sequence[CallRecord]) -> int:
+class Run(Protocol):
+    """One completed call as this rule reads it (:class:`app.guard.detector.CallRecord`,
+    which imports this module)."""
+
+    @property
+    def tool_name(self) -> str: ...
+
+    @property
+    def arguments_hash(self) -> str: ...
+
+    @property
+    def result_hash(self) -> str | None: ...
+
+
+def unchanged_reruns(done: Sequence[Run]) -> int:
     """How many identical re-runs after other steps end ``done`` (completed calls,
     oldest first); see the module docstring. 0 when the history is empty."""
     if not done:
@@ -58,7 +69,7 @@ def unchanged_reruns(done: Sequence[CallRecord]) -> int:
     return reruns
 
 
-def no_progress_detail(done: Sequence[CallRecord], reruns: int, threshold: int) -> dict[str, Any]:
+def no_progress_detail(done: Sequence[Run], reruns: int, threshold: int) -> dict[str, Any]:
     """The verdict's evidence: the check's tool, hashes, the count and the threshold."""
     latest = done[-1]
     return {"tool_name": latest.tool_name, "arguments_hash": latest.arguments_hash,
