@@ -150,3 +150,43 @@ def _ledger_compositions() -> dict[str, str]:
 def test_the_written_out_statements_hold_their_shared_fragments():
     for name, composed in _ledger_compositions().items():
         assert _same(sql.statement(name)) == _same(composed), name
+
+
+def test_admissions_statements_hold_their_shared_fragments():
+    """``app/db/sql/admission.sql`` against the fragments still built elsewhere: the
+    counted request's ``SET`` and the rule the lease paths take (``app.admission.limits``),
+    the window columns, the relaxed commit."""
+    from app.admission.limits import ADMISSIBLE, COUNT_REQUEST
+    from app.db.pool import RELAXED_COMMIT
+    from app.guard.ledger_rows import WINDOW_COLUMNS
+
+    composed = {
+        "admission_fast": (f"WITH counted AS (UPDATE tasks SET {COUNT_REQUEST} WHERE token_hash = $1 AND {ADMISSIBLE}"
+                           " AND budget_id IS NULL RETURNING *),"
+                           " logged AS (INSERT INTO admissions (key, task_id, request_id) SELECT $2, id, $3 FROM counted)"
+                           " SELECT * FROM counted"),
+        "admission_count": (f"WITH counted AS (UPDATE tasks SET {COUNT_REQUEST}, reserved_usd = reserved_usd + $2"
+                            " WHERE id = $1 RETURNING *),"
+                            " logged AS (INSERT INTO admissions (key, task_id, request_id, budget_ids, window_starts)"
+                            " SELECT $3, id, $4, $5::text[], $6::timestamptz[] FROM counted)"
+                            " SELECT * FROM counted"),
+        "admission_turn": ("WITH f AS (SELECT * FROM taskgate_agent_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
+                           " $12, $13, $14, $15)), logged AS (INSERT INTO admissions (key, task_id, request_id)"
+                           " SELECT $16, (f.task).id, $17 FROM f WHERE f.counted)"
+                           " SELECT (f.task).*, f.recorded AS turn_recorded, f.counted AS turn_counted,"
+                           " f.new_calls AS turn_new_calls, f.completed AS turn_completed,"
+                           " f.conversation_calls AS turn_conversation_calls," + WINDOW_COLUMNS + " FROM f"),
+        "admission_known_turn": ("WITH f AS (SELECT * FROM taskgate_known_turn($1, $2, $3, $4, $5, $6, $7, $8,"
+                                 " $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)),"
+                                 " logged AS (INSERT INTO admissions (key, task_id, request_id)"
+                                 " SELECT $19, (f.task).id, $20 FROM f WHERE f.known)"
+                                 " SELECT (f.task).*, f.known," + WINDOW_COLUMNS + " FROM f"),
+        "anchor_set": ("INSERT INTO conversations (task_id, conversation_key, anchor_input_tokens, anchor_items,"
+                       " anchor_hash, anchor_model) SELECT $1::text, $2::text, $3::bigint, $4::int, $5::text, $6::text"
+                       f" FROM {RELAXED_COMMIT} ON CONFLICT (task_id, conversation_key) DO UPDATE SET"
+                       " anchor_input_tokens = EXCLUDED.anchor_input_tokens, anchor_items = EXCLUDED.anchor_items,"
+                       " anchor_hash = EXCLUDED.anchor_hash, anchor_model = EXCLUDED.anchor_model, updated_at = now()"),
+    }
+    for name, text in composed.items():
+        assert _same(sql.statement(name)) == _same(text), name
+    assert "taskgate_admissible" not in sql.statement("admission_fast")  # sent as the function's text (sql.inline)

@@ -62,6 +62,7 @@ from typing import Any, NoReturn
 
 import asyncpg
 
+from app.db import sql
 from app.admission import ceiling, in_flight, known_turn, reconcile, reservations
 from app.admission.outcomes import Admitted
 from app.admission.outcomes import Exhausted as _Exhausted
@@ -72,7 +73,7 @@ from app.admission import turn as agent_turn
 from app.admission.charge import Charge, charge_refusal
 from app import events
 from app.admission.holds import POLL_INTERVAL_S, holds
-from app.admission.limits import ADMISSIBLE, COUNT_REQUEST, limit_breach
+from app.admission.limits import limit_breach
 from app.admission.refusals import count_refusal, log_refusal, stop_refusal
 from app.budgets import ledger as budget_ledger
 from app.budgets import room, windows
@@ -93,20 +94,11 @@ from app.task import Task
 
 logger = logging.getLogger(__name__)
 
-#: The fast path: one statement, its own transaction; ``$2`` the admission key, ``$3`` the
-#: request id (its ``admissions`` row, :mod:`app.db.commits`).
-FAST_ADMIT = (f"WITH counted AS (UPDATE tasks SET {COUNT_REQUEST} WHERE token_hash = $1 AND {ADMISSIBLE}"
-              " AND budget_id IS NULL RETURNING *),"
-              " logged AS (INSERT INTO admissions (key, task_id, request_id) SELECT $2, id, $3 FROM counted)"
-              " SELECT * FROM counted")
-_READ_TASK = "SELECT * FROM tasks WHERE id = $1"
-#: The locked path's count: ``$2`` dollars reserved, ``$3`` the admission key, ``$4`` the
-#: request id, ``$5``/``$6`` the budget windows it is counted in.
-_COUNT = (f"WITH counted AS (UPDATE tasks SET {COUNT_REQUEST}, reserved_usd = reserved_usd + $2 WHERE id = $1"
-          " RETURNING *),"
-          " logged AS (INSERT INTO admissions (key, task_id, request_id, budget_ids, window_starts)"
-          " SELECT $3, id, $4, $5::text[], $6::timestamptz[] FROM counted)"
-          " SELECT * FROM counted")
+#: The fast path: one statement, its own transaction (app/db/sql/admission.sql).
+FAST_ADMIT = sql.statement("admission_fast")
+_READ_TASK = sql.statement("task_by_id")
+#: The locked path's count (app/db/sql/admission.sql).
+_COUNT = sql.statement("admission_count")
 
 
 async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
@@ -387,9 +379,9 @@ async def authenticate(pool: asyncpg.Pool, token_hash: str, task_id: str | None 
     with fail_closed("task lookup"):
         async with pool.acquire() as conn:
             if task_id is not None:
-                row = await conn.fetchrow("SELECT * FROM tasks WHERE id = $1", task_id)
+                row = await conn.fetchrow(_READ_TASK, task_id)
             else:
-                row = await conn.fetchrow("SELECT * FROM tasks WHERE token_hash = $1", token_hash)
+                row = await conn.fetchrow(sql.statement("task_by_token"), token_hash)
     if row is None:
         raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
     return Task.from_row(row)

@@ -5,19 +5,12 @@ from __future__ import annotations
 
 import asyncpg
 
+from app.db import sql
 from app.admission.anchor import Anchor
-from app.db.pool import RELAXED_COMMIT
 
-_ANCHOR = ("SELECT anchor_input_tokens, anchor_items, anchor_hash, anchor_model FROM conversations"
-           " WHERE task_id = $1 AND conversation_key = $2")
-# Its own relaxed transaction, like the usage it comes with: a lost anchor only loosens a bound.
-_SET_ANCHOR = (
-    "INSERT INTO conversations (task_id, conversation_key, anchor_input_tokens, anchor_items, anchor_hash,"
-    " anchor_model) SELECT $1::text, $2::text, $3::bigint, $4::int, $5::text, $6::text FROM {relaxed}"
-    " ON CONFLICT (task_id, conversation_key) DO UPDATE SET anchor_input_tokens = EXCLUDED.anchor_input_tokens,"
-    " anchor_items = EXCLUDED.anchor_items, anchor_hash = EXCLUDED.anchor_hash,"
-    " anchor_model = EXCLUDED.anchor_model, updated_at = now()"
-).format(relaxed=RELAXED_COMMIT)
+_ANCHOR = sql.statement("anchor_read")
+#: Its own relaxed transaction, like the usage it comes with (app/db/sql/admission.sql).
+_SET_ANCHOR = sql.statement("anchor_set")
 
 
 async def anchor(conn: asyncpg.Connection, task_id: str, key: str) -> Anchor | None:

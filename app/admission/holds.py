@@ -19,6 +19,7 @@ from decimal import Decimal
 
 import asyncpg
 
+from app.db import sql
 from app.admission.ceiling import wake_order
 from app.task import Task
 
@@ -26,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 #: Seconds between two reads of a task's dollars while requests of it wait.
 POLL_INTERVAL_S = 0.1
-_READ = "SELECT * FROM tasks WHERE id = $1"
+_READ = sql.statement("task_by_id")
 
 
 @dataclass(eq=False, slots=True)

@@ -39,24 +39,20 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from app.db import sql
 from app.admission import turn as agent_turn
 from app.guard import known_windows
 from app.guard.detector import OK, Action, CallRecord, Verdict
 from app.guard.ledger import GuardRequest
 from app.guard.ledger import judge as judge_window
-from app.guard.ledger_rows import WINDOW_COLUMNS, CallColumns, ResultColumns, window_records
+from app.guard.ledger_rows import CallColumns, ResultColumns, window_records
 from app.guard.policy import Policy
 from app.settings import Settings
 from app.task import Task
 
-#: ``$19`` the admission key and ``$20`` the request id: an admitted turn's ``admissions``
-#: row (:mod:`app.db.commits`), in the same statement.
-_KNOWN = (
-    "WITH f AS (SELECT * FROM taskgate_known_turn($1, $2, $3, $4, $5, $6, $7, $8,"
-    " $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)),"
-    " logged AS (INSERT INTO admissions (key, task_id, request_id) SELECT $19, (f.task).id, $20 FROM f WHERE f.known)"
-    " SELECT (f.task).*, f.known," + WINDOW_COLUMNS + " FROM f"
-)
+#: ``taskgate_known_turn()`` and an admitted turn's ``admissions`` row
+#: (:mod:`app.db.commits`) in one statement (app/db/sql/admission.sql).
+_KNOWN = sql.statement("admission_known_turn")
 #: Raised by ``taskgate_known_turn()`` when the turn differs from its prediction.
 MISPREDICTED = "TG001"
 #: Statements sent per turn at most: the known window, then the window read back.

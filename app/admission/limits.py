@@ -27,9 +27,8 @@ from app.task import Task
 #: the settings only the locked path decides: a dollar ceiling, allowed models, the
 #: conversation ceilings). The functions' own text (``app/db/sql/functions/``), as
 #: PostgreSQL would inline them, without planning the inlining at every execution
-#: (:func:`app.db.sql.expression`). SQL, for a ``WHERE`` clause.
-ADMISSIBLE = (sql.expression("taskgate_admissible", "tasks", p_reservation_usd="NULL")
-              + " AND " + sql.expression("taskgate_one_statement", "tasks"))
+#: (:func:`app.db.sql.inline`). SQL, for a ``WHERE`` clause.
+ADMISSIBLE = sql.inline("taskgate_admissible(tasks) AND taskgate_one_statement(tasks)")
 #: The ``SET`` of a counted request (its first admission starts ``max_duration_s``).
 COUNT_REQUEST = ("admitted_requests = admitted_requests + 1,"
                  " first_admitted_at = COALESCE(first_admitted_at, now()), updated_at = now()")

@@ -23,6 +23,7 @@ from decimal import Decimal
 
 import asyncpg
 
+from app.db import sql
 from app.admission import reservations
 from app.admission.outcomes import Admitted
 from app.admission.charge import Charge
@@ -36,9 +37,9 @@ logger = logging.getLogger(__name__)
 
 #: Attempts of one request whose keys turned out void before it is refused (503).
 VOID_ATTEMPTS = 3
-_READ_TASK = "SELECT * FROM tasks WHERE id = $1"
+_READ_TASK = sql.statement("task_by_id")
 #: A reconciled admission's hold.
-_HOLD_OF = "SELECT id, amount_usd FROM reservations WHERE admission_key = $1"
+_HOLD_OF = sql.statement("hold_of_admission_amount")
 
 class Void(Exception):
     """The attempt's outcome was unknown and its key turned out void (nothing landed):

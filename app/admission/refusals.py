@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 import asyncpg
 
+from app.db import sql
 from app.admission.limits import counters_sentence, explain_stop, limit_since_stop
 from app.errors import GatewayError, task_stopped
 from app.guard.strike_rules import DEFAULT_ACTIONS, strike_event_sentence
@@ -26,7 +27,7 @@ from app.task import Task
 logger = logging.getLogger("app.admission.admission")
 
 LOG_INTERVAL_S = 10.0
-_COUNT = "UPDATE tasks SET refused_requests = refused_requests + 1 WHERE id = $1 RETURNING refused_requests"
+_COUNT = sql.statement("refusal_count")
 
 _last_logged: dict[str, float] = {}  # task id -> monotonic time of its last line
 

@@ -37,6 +37,7 @@ from functools import lru_cache
 import asyncpg
 import psutil
 
+from app.db import sql
 from app.guard.policy import Policy
 from app.settings import Settings
 
@@ -47,56 +48,15 @@ SWEEP_BATCH = 500
 #: Seconds within which a recorded process start time matches (psutil's resolution).
 START_TIME_TOLERANCE_S = 1.0
 
-_HOLD = (
-    "INSERT INTO reservations (task_id, amount_usd, deadline_at, owner_host, owner_pid, owner_started_at,"
-    " budget_ids, budget_window_starts, admission_key)"
-    " VALUES ($1, $2, now() + $3 * interval '1 second', $4, $5, $6, $7, $8, $9) RETURNING id"
-)
-#: The holds of one admission (``$1`` its key, :mod:`app.db.commits`).
-_OF_ADMISSION = "SELECT id FROM reservations WHERE admission_key = $1"
-_OVERDUE = (
-    "SELECT id, owner_host, owner_pid, owner_started_at, deadline_at < now() AS overdue FROM reservations"
-    " WHERE (deadline_at < now() OR $2::text IS NOT NULL) AND ($2::text IS NULL OR task_id = $2)"
-    " ORDER BY deadline_at LIMIT $1"
-)
-#: Before releasing, the rows it updates are locked in the order every admission locks
-#: them (its task row, then its budget windows root first), so a release never waits on
-#: an admission that waits on it.
-_LOCK_TASKS = ("SELECT 1 FROM tasks WHERE id IN (SELECT task_id FROM reservations WHERE id = ANY($1::bigint[]))"
-               " ORDER BY id FOR UPDATE")
-_LOCK_WINDOWS = """
-    SELECT 1 FROM budget_windows w JOIN budgets b ON b.id = w.budget_id
-     WHERE (w.budget_id, w.window_start) IN (
-           SELECT k.budget_id, k.window_start FROM reservations r,
-                  unnest(r.budget_ids, r.budget_window_starts) AS k(budget_id, window_start)
-            WHERE r.id = ANY($1::bigint[]))
-     ORDER BY b.depth, w.budget_id, w.window_start FOR UPDATE OF w
-"""
-_RELEASE = """
-WITH gone AS (
-    DELETE FROM reservations WHERE id = ANY($1::bigint[])
-    RETURNING id, task_id, amount_usd, deadline_at, owner_host, owner_pid, budget_ids, budget_window_starts),
-per_window AS (
-    SELECT w.budget_id, w.window_start, sum(g.amount_usd) AS usd
-      FROM gone g, unnest(g.budget_ids, g.budget_window_starts) AS w(budget_id, window_start)
-     GROUP BY w.budget_id, w.window_start),
-budgets_released AS (
-    UPDATE budget_windows b SET reserved_usd = greatest(b.reserved_usd - p.usd, 0)
-      FROM per_window p WHERE b.budget_id = p.budget_id AND b.window_start = p.window_start RETURNING 1),
-per_task AS (
-    SELECT task_id, sum(amount_usd) AS usd, count(*) AS n, array_agg(id ORDER BY id) AS ids,
-           array_agg(DISTINCT owner_host || ':' || owner_pid) AS owners, max(deadline_at) AS deadline
-      FROM gone GROUP BY task_id),
-settled AS (
-    UPDATE tasks t SET reserved_usd = greatest(t.reserved_usd - p.usd, 0), updated_at = now()
-      FROM per_task p WHERE t.id = p.task_id RETURNING t.id)
-INSERT INTO task_events (task_id, kind, reason, detail)
-SELECT p.task_id, 'reservation_released', $2,
-       jsonb_build_object('reservations', p.n, 'released_usd', p.usd::text, 'reservation_ids', p.ids,
-                          'owners', p.owners, 'latest_deadline', p.deadline)
-  FROM per_task p
-RETURNING task_id, (detail->>'reservations')::int AS n, (detail->>'released_usd')::numeric AS usd
-"""
+# The statements: app/db/sql/admission.sql. Before releasing, the rows it updates are
+# locked in the order every admission locks them (its task row, then its budget windows
+# root first), so a release never waits on an admission that waits on it.
+_HOLD = sql.statement("hold_take")
+_OF_ADMISSION = sql.statement("holds_of_admission")
+_OVERDUE = sql.statement("holds_overdue")
+_LOCK_TASKS = sql.statement("holds_lock_tasks")
+_LOCK_WINDOWS = sql.statement("holds_lock_windows")
+_RELEASE = sql.statement("holds_release")
 
 
 @dataclass(frozen=True, slots=True)

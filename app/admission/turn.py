@@ -30,28 +30,21 @@ from typing import Any
 
 import asyncpg
 
+from app.db import sql
 from app.guard.detector import Action, CallRecord, Verdict, window_size
 from app.admission.limits import limit_breach
 from app.guard.ledger import GuardRequest
 from app.guard import known_windows
-from app.guard.ledger_rows import WINDOW_COLUMNS, CallColumns, ResultColumns, call_rows, result_rows, window_records
+from app.guard.ledger_rows import CallColumns, ResultColumns, call_rows, result_rows, window_records
 from app.guard.ledger import judge as judge_window
 from app.guard.policy import Policy
 from app.guard.result_prints import config_for, fingerprints
 from app.settings import Settings
 from app.task import LoopGuard, Task
 
-#: ``$16`` the admission key and ``$17`` the request id: a counted turn's ``admissions``
-#: row (:mod:`app.db.commits`), written in the same statement.
-_TURN = (
-    "WITH f AS (SELECT * FROM taskgate_agent_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)),"
-    " logged AS (INSERT INTO admissions (key, task_id, request_id) SELECT $16, (f.task).id, $17 FROM f"
-    " WHERE f.counted)"
-    " SELECT (f.task).*, f.recorded AS turn_recorded, f.counted AS turn_counted, f.new_calls AS turn_new_calls,"
-    " f.completed AS turn_completed, f.conversation_calls AS turn_conversation_calls,"
-    + WINDOW_COLUMNS +
-    " FROM f"
-)
+#: ``taskgate_agent_turn()`` and a counted turn's ``admissions`` row (:mod:`app.db.commits`)
+#: in one statement (app/db/sql/admission.sql).
+_TURN = sql.statement("admission_turn")
 
 #: token hash -> (the task as last locked here, its ``loop_guard`` JSON as stored).
 _seen: dict[str, tuple[Task, Any]] = {}
