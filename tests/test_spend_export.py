@@ -42,7 +42,7 @@ from tests.support import ADMIN_TOKEN, GatewayProcess, sql, started
 
 pytestmark = pytest.mark.timeout(600)
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-TEXT, TOOL = "scenario:text", "scenario:tool_call"
+TEXT, TOOL, ERROR = "scenario:text", "scenario:tool_call", "scenario:error"
 _CONFIG = """
 providers:
   main:
@@ -55,6 +55,9 @@ models:
   - name: "{tool}"
     provider: main
     price: {{input_per_mtok: 370, output_per_mtok: 1330}}
+  - name: "{error}"
+    provider: main
+    price: {{input_per_mtok: 250, output_per_mtok: 1000}}
 """
 
 
@@ -121,7 +124,7 @@ def spend_upstream() -> Iterator[UpstreamServer]:
 def gateways(database_url: str, spend_upstream: UpstreamServer,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[GatewayProcess]]:
     config = Path(tmp_path_factory.mktemp("spend")) / "taskgate.yaml"
-    config.write_text(_CONFIG.format(upstream=spend_upstream.base_url, text=TEXT, tool=TOOL))
+    config.write_text(_CONFIG.format(upstream=spend_upstream.base_url, text=TEXT, tool=TOOL, error=ERROR))
     with started([GatewayProcess(database_url, spend_upstream.base_url, TASKGATE_CONFIG=str(config),
                                  TASKGATE_DATABASE_TIMEOUT_S="30") for _ in range(2)]) as procs:
         yield procs
@@ -140,7 +143,8 @@ async def _traffic(jobs: list[tuple[str, dict[str, str], str, bool]]) -> list[ht
     """One chat completion per ``(gateway url, headers, model, stream)``, all at once."""
     async with httpx.AsyncClient(timeout=120) as client:
         async def one(i: int, url: str, headers: dict[str, str], model: str, stream: bool) -> httpx.Response:
-            body = {"model": model, "stream": stream, "max_tokens": 100, "messages": [{"role": "user", "content": f"job {i}"}]}
+            body = {"model": model, "stream": stream, "max_tokens": 100,
+                    "messages": [{"role": "user", "content": f"job {i}"}]}
             return await client.post(url + "/v1/chat/completions", json=body, headers=headers)
         return await asyncio.gather(*(one(i, *job) for i, job in enumerate(jobs)))
 
@@ -182,11 +186,15 @@ def test_the_export_matches_the_budgets_to_the_cent_after_concurrent_traffic(gat
         if owner == solo and i % 8 == 2:
             headers = {"authorization": f"Bearer {key}", "x-taskgate-run": "nightly-7"}
         jobs.append((gateways[i % 2].url, headers, (TEXT, TOOL)[i // 4 % 2], i % 3 == 0))
+    # upstream fails (500, no usage): admitted and counted by the budgets, so in the export too
+    jobs += [(gateways[i % 2].url, {"authorization": f"Bearer {tokens[(leased, dollars)[i % 2]][i % 3]}"}, ERROR,
+              i % 4 == 0) for i in range(8)]
     responses = asyncio.run(_traffic(jobs))
-    assert [r.status_code for r in responses] == [200] * len(jobs), [r.text for r in responses if r.status_code != 200]
+    statuses = [r.status_code for r in responses]
+    assert statuses == [200] * 96 + [500] * 8, [r.text for r in responses if r.status_code not in (200, 500)]
 
     today = datetime.now(timezone.utc).date()
-    _wait_settled(api, [team, solo, None], 96, today)
+    _wait_settled(api, [team, solo, None], 104, today)
     days = {"from": (today - timedelta(days=1)).isoformat(), "to": today.isoformat()}
     budgets = {b: api.get(f"/admin/budgets/{b}").json()["current"] for b in (team, dollars, leased, solo)}
     assert all(w["reserved_usd"] == 0 for w in budgets.values())  # every hold released
@@ -199,7 +207,7 @@ def test_the_export_matches_the_budgets_to_the_cent_after_concurrent_traffic(gat
         assert (row["input_tokens"], row["output_tokens"]) == (current["input_tokens"], current["output_tokens"]), b
         assert Decimal(row["cost_usd"]) == windows[b]["cost_usd"] > 0, b  # exact, not only to the cent
         assert round(Decimal(row["cost_usd"]), 2) == round(Decimal(str(current["cost_usd"])), 2), b
-    assert by_budget[team]["requests"] == by_budget[dollars]["requests"] + by_budget[leased]["requests"] == 48
+    assert by_budget[team]["requests"] == by_budget[dollars]["requests"] + by_budget[leased]["requests"] == 56
     assert by_budget[None]["requests"] == 24  # the task without a budget
 
     tasks = api.get("/admin/tasks", params={"limit": 1000}).json()["data"]
@@ -214,7 +222,7 @@ def test_the_export_matches_the_budgets_to_the_cent_after_concurrent_traffic(gat
     assert total["data"][0] == total["total"]  # the fleet: these tasks and the test above's
     assert total["total"]["requests"] == sum(r["requests"] for r in by_task.values())
     models = {r["model"]: r["requests"] for r in _page(api, group_by="model", **days)["data"]}
-    assert (models[TEXT], models[TOOL]) == (48, 48)
+    assert (models[TEXT], models[TOOL], models[ERROR]) == (48, 48, 8)
     runs = {(r["budget"], r["run"]): r["requests"] for r in _page(api, group_by="budget,run", **days)["data"]}
     assert runs[(solo, "nightly-7")] == 12 and runs[(solo, None)] == 12
 
