@@ -96,6 +96,10 @@ def test_every_file_is_loaded_by_a_migration_as_it_is_now():
             f"{sql.function_digest(name)} (app/db/sql/__init__.py)")
 
 
+#: The history window's columns as the functions return them (app.guard.ledger_rows.window_records).
+WINDOW_COLUMNS = " f.window_ids, f.window_names, f.window_arguments, f.window_results, f.window_errors, f.window_empty"
+
+
 def _same(text: str) -> str:
     """SQL compared as tokens: whitespace runs, and whitespace inside parentheses, ignored."""
     return " ".join(text.split()).replace("( ", "(").replace(" )", ")")
@@ -109,7 +113,6 @@ def _ledger_compositions() -> dict[str, str]:
     from app.db.pool import RELAXED_COMMIT
     from app.db.spend import spent
     from app.guard.conversations import ANSWER_OF_TASK
-    from app.guard.ledger_rows import WINDOW_COLUMNS
 
     held = "held AS (DELETE FROM reservations WHERE id = $6 RETURNING id)"
     usage = ("UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,"
@@ -158,7 +161,6 @@ def test_admissions_statements_hold_their_shared_fragments():
     the window columns, the relaxed commit."""
     from app.admission.limits import ADMISSIBLE, COUNT_REQUEST
     from app.db.pool import RELAXED_COMMIT
-    from app.guard.ledger_rows import WINDOW_COLUMNS
 
     composed = {
         "admission_fast": (f"WITH counted AS (UPDATE tasks SET {COUNT_REQUEST} WHERE token_hash = $1 AND {ADMISSIBLE}"

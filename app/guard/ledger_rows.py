@@ -15,11 +15,6 @@ from app.guard.preview import argument_preview
 from app.guard.result_prints import RequestPrints
 from app.wire.base import ToolCall
 
-#: The history window as migrations 0009 and 0011 return it: one array per
-#: :class:`CallRecord` field, oldest first (read with :func:`window_records`).
-WINDOW_COLUMNS = " f.window_ids, f.window_names, f.window_arguments, f.window_results, f.window_errors, f.window_empty"
-
-
 #: The ledger's columns of a request's tool calls (ids, tool names, arguments hashes,
 #: previews) and of its results (call ids, result hashes, failure flags, empty flags, raw
 #: hashes), as :func:`call_rows` / :func:`result_rows` give them.
@@ -44,8 +39,10 @@ def result_rows(prints: RequestPrints) -> ResultColumns:
 
 
 def window_records(row: Mapping[str, Any]) -> list[CallRecord]:
-    """The history window of a row selected with :data:`WINDOW_COLUMNS`, oldest first
-    (empty when the function returned none)."""
+    """The history window of a row with the functions' window columns (``window_ids``,
+    ``window_names``, ``window_arguments``, ``window_results``, ``window_errors``,
+    ``window_empty``: one array per :class:`CallRecord` field, as the statements of
+    ``app/db/sql/`` select them), oldest first (empty when the function returned none)."""
     if row["window_ids"] is None:
         return []
     return [CallRecord(*r) for r in zip(row["window_ids"], row["window_names"], row["window_arguments"],
