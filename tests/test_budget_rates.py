@@ -210,6 +210,17 @@ def test_tokens_per_minute_refuses_once_the_minute_reported_them(gateways, api, 
         refused.json()["error"]["message"] and int(refused.headers["retry-after"]) >= 1
 
 
+def test_a_rate_set_on_a_budget_paid_by_escrow_leases_applies_at_once(gateways, api, priced_upstream) -> None:
+    budget = _budget(api, request_limit=100_000)
+    _, token = _task(api, budget=budget, request_limit=1000)
+    for i in range(4):  # both gateways take escrow leases of the budget's window
+        assert _post(gateways[i % 2].url, token, MODEL_A, i).status_code == 200
+    assert api.patch(f"/admin/budgets/{budget}", json={"requests_per_minute": 2}).status_code == 200
+    _fresh_minute()
+    statuses = [_post(gateways[i % 2].url, token, MODEL_A, i).status_code for i in range(5)]
+    assert statuses == [200, 200, 429, 429, 429]  # the leases no longer pay: the locked path counts the rate
+
+
 @pytest.mark.parametrize("body, says", [
     ({"requests_per_minute": 0}, "a rate of 0 would admit nothing"),
     ({"tokens_per_minute": -5}, "a rate of -5 would admit nothing"),
