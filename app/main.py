@@ -28,7 +28,7 @@ from typing import AsyncIterator
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app import handlers
+from app import handlers, jobs
 from app.admin.budgets import router as budgets_router
 from app.admin.maintenance import router as maintenance_router
 from app.admin.routes import router as admin_router
@@ -38,17 +38,16 @@ from app.console import install as console
 from app.console.logs import configure as configure_logging
 from app.db import embedded, migrate, supervisor
 from app.db.pool import create_pool
-from app import jobs
 from app.db.retry import backlog
 from app.fault_log import faults
+from app.mcp import routes as mcp_routes
 from app.proxy.auth import KnownTokens
+from app.proxy.capacity import UpstreamSlots
 from app.proxy.endpoints import DEFAULT_ENDPOINTS, parse_endpoints
 from app.proxy.lane import ProxyApp
 from app.proxy.open_requests import OpenRequests
-from app.proxy.run_path import RunPath
 from app.proxy.redact import Redactor, provider_keys
-from app.mcp import routes as mcp_routes
-from app.proxy.capacity import UpstreamSlots
+from app.proxy.run_path import RunPath
 from app.proxy.stop_watch import StopWatcher
 from app.proxy.upstream import create_client
 from app.request_ids import RequestIdMiddleware

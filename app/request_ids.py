@@ -4,9 +4,10 @@ Every HTTP request gets an id: the client's ``x-request-id`` when it is sane (1-
 characters of ``A-Z a-z 0-9 . _ : @ / + = -``), else a generated ``req_<24 hex>``.
 It is held in :data:`REQUEST_ID` (a context variable) for log lines; the proxy and
 admin routes read it there and pass it explicitly to what records task events
-(:func:`app.db.tasks.add_event`). It is returned to the client as ``x-taskgate-request-id``, and as ``x-request-id`` when
-the response does not carry one already (upstream's own ``x-request-id`` is relayed
-unchanged, so support tickets with the provider still work).
+(:func:`app.db.tasks.add_event`). It is returned to the client as
+``x-taskgate-request-id``, and as ``x-request-id`` when the response does not carry one
+already (upstream's own ``x-request-id`` is relayed unchanged, so support tickets with the
+provider still work).
 
 :class:`Tagged` is one request's id from its first byte to its end (the access line
 then). The FastAPI app takes it through :class:`RequestIdMiddleware`, which adds the
