@@ -89,7 +89,8 @@ async def _storm(jobs: list[tuple[str, str, str]]) -> list[httpx.Response]:
     limits = httpx.Limits(max_connections=len(jobs), max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         return await asyncio.gather(*(
-            client.post(url + "/v1/chat/completions", json=_chat(model, i), headers={"authorization": f"Bearer {token}"})
+            client.post(url + "/v1/chat/completions", json=_chat(model, i),
+                        headers={"authorization": f"Bearer {token}"})
             for i, (url, token, model) in enumerate(jobs)))
 
 
@@ -299,3 +300,32 @@ def test_cli_sets_rates_and_model_limits(gateways) -> None:
     none = runner.invoke(cli, ["budgets", "update", name, "--model-limit", "none", "--tokens-per-minute", "none",
                                "--json"])
     assert none.exit_code == 0 and '"model_limits": []' in none.output, none.output
+
+
+def test_the_dashboard_shows_rates_and_model_limits() -> None:
+    """The budget's page lists its rates with this minute's count and each glob's limits
+    with its spend (headless Chromium, the dashboard tests' own gateway)."""
+    import openai
+
+    from tests.browser import chromium, console_errors
+    from tests.support import Admin, fresh_database
+    from tests.test_console_dashboard import _NULLISH, _css, _login, _wait
+
+    with fresh_database() as url, UpstreamServer() as upstream, GatewayProcess(url, upstream.base_url) as gw:
+        admin = Admin(gw.url)
+        budget = f"rated-{secrets.token_hex(3)}"
+        assert admin.http.post("/admin/budgets", json={"id": budget, "requests_per_minute": 100, "model_limits": [
+            {"model": "m*", "token_limit": 50_000}]}).status_code == 201
+        _, token = admin.create_task(budget=budget)
+        openai.OpenAI(base_url=gw.url + "/v1", api_key=token, max_retries=0).chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}])
+        with chromium() as driver:
+            _login(driver, gw.url, ADMIN_TOKEN)
+            driver.get(gw.url + f"/ui/#/budget/{budget}")
+            _wait(driver, lambda d: "per minute" in _css(d, "#rates").text, "the rates")
+            assert "100 requests per minute (this minute: 1 requests" in _css(driver, "#rates").text
+            _wait(driver, lambda d: "/ 50,000 tokens" in _css(d, "#model-limits").text or
+                  "/ 50000 tokens" in _css(d, "#model-limits").text, "the model limits")
+            assert _css(driver, "#model-limits").text.startswith("m*: ")
+            assert not _NULLISH.search(_css(driver, "main").text)
+            assert not console_errors(driver)

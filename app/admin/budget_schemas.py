@@ -72,7 +72,8 @@ class BudgetLimits(BaseModel):
     model_config = ConfigDict(extra="forbid")
     thresholds: list[Percent] | None = Field(
         None, max_length=10, description="Warning thresholds: percents of each limit (above 0, at most 100, at "
-        "most 10; repeated ones count once) whose crossing in a window is announced once (webhook budget.threshold, the "
+        "most 10; repeated ones count once) whose crossing in a window is announced once (webhook "
+        "budget.threshold, the "
         "budget's events). null: the default, 50, 80 and 95; []: none.")
 
     @field_validator("thresholds")

@@ -1,8 +1,10 @@
 """``taskgate budgets ...``: fleet budgets and their keys over the admin API.
 
 ``list``, ``show``, ``create``, ``update``, ``delete``, ``keys`` (list), ``key-create``,
-``key-revoke``, ``pause`` and ``resume`` (the kill switch), ``events`` (its history). Tables by default, ``--json`` for scripts; ``--url`` and the admin token
-as for ``taskgate tasks`` (:mod:`app.cli.tasks`).
+``key-revoke``, ``pause`` and ``resume`` (the kill switch), ``events`` (its history);
+``create`` and ``update`` also set rates and per-model limits. Tables by default,
+``--json`` for scripts; ``--url`` and the admin token as for ``taskgate tasks``
+(:mod:`app.cli.tasks`).
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ def budgets_table(budgets: list[JsonObject]) -> Table:
                   box=None, header_style="bold")
     for b in budgets:
         cur = b["current"]
-        table.add_row(b["id"] + (" (paused)" if b.get("paused_at") else ""), b.get("parent") or "", b.get("window") or "lifetime",
+        table.add_row(b["id"] + (" (paused)" if b.get("paused_at") else ""), b.get("parent") or "",
+                      b.get("window") or "lifetime",
                       _of(cur["admitted_requests"], b["request_limit"]), _of(cur["total_tokens"], b["token_limit"]),
                       _cost(cur, b["cost_limit_usd"]), render.when(cur.get("resets_at")) or "-")
     return table

@@ -14,7 +14,30 @@ const CHILDREN_PAGE = 50;
 const REFRESH_MS = 5000;
 const FIELDS = ["id", "parent", "depth", "request_limit", "token_limit", "cost_limit_usd", "window", "timezone",
   "metadata", "tasks", "children", "current", "windows", "created_at", "updated_at", "paused_at", "paused_by",
-  "paused_reason", "thresholds"];
+  "paused_reason", "thresholds", "model_limits", "requests_per_minute", "tokens_per_minute", "minute"];
+
+/** A budget's rates and this minute's count in words, or null for none. Pure. */
+export function rateWords(b) {
+  const rates = [b.requests_per_minute ? `${int(b.requests_per_minute)} requests` : null,
+    b.tokens_per_minute ? `${int(b.tokens_per_minute)} tokens` : null].filter(Boolean);
+  if (!rates.length) return null;
+  const m = b.minute || {};
+  return `${rates.join(" · ")} per minute (this minute: ${int(m.requests || 0)} requests, ${int(m.tokens || 0)} `
+    + "tokens); over a rate a request gets 429 rate_limited with Retry-After";
+}
+
+/** Each model glob's limits and its spend this window, in words. Pure. */
+export function modelLimitWords(b) {
+  const spent = Object.fromEntries(((b.current && b.current.models) || []).map((m) => [m.model, m]));
+  return (b.model_limits || []).map((e) => {
+    const m = spent[e.model] || {};
+    const parts = [e.token_limit !== null && e.token_limit !== undefined
+      ? `${int(m.total_tokens || 0)} / ${int(e.token_limit)} tokens` : null,
+    e.cost_limit_usd !== null && e.cost_limit_usd !== undefined
+      ? `${usd(m.cost_usd || 0)} / ${usd(e.cost_limit_usd)}` : null].filter(Boolean);
+    return `${e.model}: ${parts.join(" · ")}`;
+  });
+}
 
 function limitWords(b) {
   const parts = [b.request_limit !== null && b.request_limit !== undefined ? `${int(b.request_limit)} requests` : null,
@@ -32,7 +55,10 @@ export function leasedWords(n) {
 }
 
 function facts(b) {
-  const rows = [["limits", limitWords(b)], ["window", windowWords(b)], ["resets at", resetsWords(b)],
+  const rows = [["limits", limitWords(b)],
+    ["per model", h("span", { id: "model-limits" }, modelLimitWords(b).join("; ") || "none")],
+    ["rates", h("span", { id: "rates" }, rateWords(b) || "none")],
+    ["window", windowWords(b)], ["resets at", resetsWords(b)],
     ["parent", b.parent ? budgetLink(b.parent) : "none (a root budget)"],
     ["tasks drawing directly from it", int(b.tasks || 0)],
     ["leased requests", h("span", { id: "leased", title: LEASED_WORDS },
