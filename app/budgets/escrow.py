@@ -47,16 +47,16 @@ import secrets
 import socket
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from decimal import Decimal
 
 import asyncpg
 
 from app.admission.ceiling import Decision
 from app.admission.limits import ADMISSIBLE, COUNT_REQUEST
 from app.budgets import room, slices, windows
+from app.budgets.rows import BudgetRow, WindowRow, window_row
 from app.budgets.rules import Verdict, chain_verdict, window_verdict
 from app.db.pool import relaxed
-from app.settings import Settings
 
 #: A budget's window: ``(budget_id, window_start)``.
 WindowKey = tuple[str, datetime]
@@ -184,7 +184,8 @@ _FAST = """
         UPDATE budget_leases l SET spent = l.spent + 1
           FROM {source}budgets b, budget_windows w
          WHERE l.holder = $2 AND {which} AND w.budget_id = l.budget_id AND w.window_start = l.window_start
-           AND b.id = l.budget_id AND b.parent_id IS NOT DISTINCT FROM ($5::text[])[array_position($5::text[], b.id) - 1]
+           AND b.id = l.budget_id
+           AND b.parent_id IS NOT DISTINCT FROM ($5::text[])[array_position($5::text[], b.id) - 1]
            AND {PAYS}
         RETURNING l.budget_id, l.window_start{ROOM_RETURNING}),
     logged AS (
@@ -295,12 +296,12 @@ class NeedsLease(Exception):
     """A lease of the holder cannot pay for a request of ``task_id``: the admission
     transaction rolls back, the gateway takes (:func:`take`) and admits again."""
 
-    def __init__(self, holder: str, task_id: str, budgets: Sequence[dict[str, Any]], at: datetime) -> None:
+    def __init__(self, holder: str, task_id: str, budgets: Sequence[BudgetRow], at: datetime) -> None:
         super().__init__(task_id)
         self.holder, self.task_id, self.budgets, self.at = holder, task_id, budgets, at
 
 
-async def spend(conn: asyncpg.Connection, holder: str, task_id: str, budgets: Sequence[dict[str, Any]],
+async def spend(conn: asyncpg.Connection, holder: str, task_id: str, budgets: Sequence[BudgetRow],
                 at: datetime) -> room.Room | None:
     """Spend one request (of ``task_id``) from the holder's lease of each window of the
     chain; the chain's room after it (:mod:`app.budgets.room`). Raises :class:`NeedsLease`
@@ -344,26 +345,27 @@ def remember(key: str, chain: Sequence[str]) -> None:
     _chains[key] = tuple(chain)
 
 
-async def lock_windows(conn: asyncpg.Connection, budgets: Sequence[dict[str, Any]],
-                       at: datetime) -> tuple[list[WindowKey], list[dict[str, Any]]]:
+async def lock_windows(conn: asyncpg.Connection, budgets: Sequence[BudgetRow],
+                       at: datetime) -> tuple[list[WindowKey], list[WindowRow]]:
     """Create (if missing) and lock the current window of every budget of the chain,
     root first; their keys and rows."""
-    keys, rows = [], []
+    keys: list[WindowKey] = []
+    rows: list[WindowRow] = []
     for budget in budgets:
         span = windows.span(budget["window"], budget["timezone"], at)
-        rows.append(dict(await conn.fetchrow(LOCK_WINDOW, budget["id"], span.start, span.end)))
+        rows.append(window_row(await conn.fetchrow(LOCK_WINDOW, budget["id"], span.start, span.end)))
         keys.append((budget["id"], span.start))
     return keys, rows
 
 
-async def decide(conn: asyncpg.Connection, budgets: Sequence[dict[str, Any]], keys: Sequence[WindowKey],
-                 rows: list[dict[str, Any]], worst_usd: Any) -> Verdict:
+async def decide(conn: asyncpg.Connection, budgets: Sequence[BudgetRow], keys: Sequence[WindowKey],
+                 rows: list[WindowRow], worst_usd: Decimal) -> Verdict:
     """The chain's verdict on locked windows, counting leased requests as admitted; a
     window with nothing free while leases hold requests reclaims them first
     (:func:`app.budgets.slices.needs_reclaim`). Updates ``rows`` in place."""
     for i, budget in enumerate(budgets):
         if slices.needs_reclaim(slices.free_requests(budget, rows[i]), rows[i]["leased_requests"]):
-            rows[i] = dict(await conn.fetchrow(_RECLAIM, *keys[i]))
+            rows[i] = window_row(await conn.fetchrow(_RECLAIM, *keys[i]))
     return chain_verdict([window_verdict(b, slices.committed_view(r), worst_usd) for b, r in zip(budgets, rows)])
 
 
@@ -375,7 +377,7 @@ async def take(conn: asyncpg.Connection, need: NeedsLease, lease_s: float,
     async with conn.transaction():
         await relaxed(conn)
         keys, rows = await lock_windows(conn, need.budgets, need.at)
-        verdict = await decide(conn, need.budgets, keys, rows, 0)
+        verdict = await decide(conn, need.budgets, keys, rows, Decimal(0))
         if verdict.decision is not Decision.ADMIT:
             return verdict, next(k for k in keys if k[0] == verdict.budget_id)
         size = min(slices.slice_size(slices.free_requests(b, r), cap) for b, r in zip(need.budgets, rows))

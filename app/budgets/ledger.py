@@ -39,18 +39,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
 
 import asyncpg
 
 from app import events
 from app.admission.ceiling import Decision
 from app.budgets import escrow, model_limits, pause, rates, room, windows
-from app.budgets.escrow import NeedsLease, WindowKey
-from app.budgets.room import Room
-from app.budgets.escrow import budgeted, remember
-from app.budgets.fast_path import fast_admit
+from app.budgets.escrow import NeedsLease, WindowKey, budgeted, remember
 from app.budgets.escrow import slot as lease_slot
+from app.budgets.fast_path import fast_admit
+from app.budgets.room import Room
+from app.budgets.rows import BudgetRow, budget_row
 from app.budgets.rules import Verdict, budget_exhausted
 from app.db.pool import RELAXED_COMMIT
 from app.errors import GatewayError
@@ -103,12 +102,12 @@ class Reserved:
     models: tuple[model_limits.ModelKey, ...] = ()  # the model-limit rows it was counted in
 
 
-async def chain(conn: asyncpg.Connection, budget_id: str, task_id: str | None = None) -> list[dict[str, Any]]:
+async def chain(conn: asyncpg.Connection, budget_id: str, task_id: str | None = None) -> list[BudgetRow]:
     """The ``budgets`` rows of ``budget_id`` and its ancestors, root first, read in the
     caller's transaction. Raises 400 ``budget_paused`` (:func:`app.budgets.pause.budget_paused`)
     for task ``task_id`` when one of them is paused, and emits
     :data:`app.events.BUDGET_REFUSED` for it."""
-    rows = [dict(r) for r in await conn.fetch(_CHAIN, budget_id)]
+    rows = [budget_row(r) for r in await conn.fetch(_CHAIN, budget_id)]
     paused = pause.paused_in(rows)
     if paused is not None:
         refusal = pause.budget_paused(task_id or "?", paused, budget_id)
@@ -117,13 +116,13 @@ async def chain(conn: asyncpg.Connection, budget_id: str, task_id: str | None = 
     return rows
 
 
-def needs_dollars(budgets: Sequence[Any], model: str | None = None) -> bool:
+def needs_dollars(budgets: Sequence[BudgetRow], model: str | None = None) -> bool:
     """Whether any budget of the chain has a dollar ceiling, or a dollar limit for
     ``model`` (:mod:`app.budgets.model_limits`)."""
     return any(b["cost_limit_usd"] is not None for b in budgets) or model_limits.metered(budgets, model)
 
 
-def _locked(budgets: Sequence[Any]) -> bool:
+def _locked(budgets: Sequence[BudgetRow]) -> bool:
     """Whether the chain is decided on its locked windows: a dollar ceiling, a model
     limit or a rate anywhere in it (never on an escrow lease)."""
     return any(b["cost_limit_usd"] is not None or b.get("model_limits") or rates.rated(b) for b in budgets)
@@ -134,7 +133,7 @@ def _locked(budgets: Sequence[Any]) -> bool:
 _apart: dict[str, tuple[tuple[str, ...], bool]] = {}
 
 
-def _note(budgets: Sequence[Any]) -> None:
+def _note(budgets: Sequence[BudgetRow]) -> None:
     for b in budgets:
         globs = tuple(e["model"] for e in model_limits.entries(b))
         if globs or b.get("tokens_per_minute") is not None:
@@ -149,7 +148,7 @@ def settles_apart(keys: Sequence[WindowKey]) -> bool:
     return bool(_apart) and any(k[0] in _apart for k in keys)
 
 
-async def reserve(conn: asyncpg.Connection, holder: str, task_id: str, budgets: Sequence[dict[str, Any]],
+async def reserve(conn: asyncpg.Connection, holder: str, task_id: str, budgets: Sequence[BudgetRow],
                   worst_usd: Decimal, at: datetime, model: str | None = None) -> Reserved:
     """Count the request of ``task_id`` in the current window of every budget of its
     chain (``budgets``, root first), reserving ``worst_usd`` where a dollar ceiling

@@ -27,13 +27,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from app.db.bounds import storable_json
 from app.db.pool import durable
 from app.errors import STOP_STATUS, GatewayError
+
+if TYPE_CHECKING:
+    from app.budgets.rows import BudgetRow
 
 #: ``error.type`` and ``error.code`` of a refusal by a paused budget.
 BUDGET_PAUSED = "budget_paused"
@@ -63,7 +66,7 @@ PAUSED_TASKS = """
 """
 
 
-def paused_in(chain: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def paused_in(chain: Sequence[BudgetRow]) -> BudgetRow | None:
     """The root-most paused budget of ``chain`` (``budgets`` rows, root first), or
     ``None``. Pure."""
     return next((b for b in chain if b["paused_at"] is not None), None)

@@ -26,9 +26,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from app.task import Task
+
+if TYPE_CHECKING:
+    from app.budgets.rows import BudgetRow, WindowRow
+
+#: A count or an amount of dollars.
+N = TypeVar("N", int, Decimal)
 
 #: What each lease the request was paid from has left in its budget's window, in the
 #: ``RETURNING`` of the escrow statements that spend leases (``paid`` in the fast
@@ -73,14 +79,15 @@ class Room:
     share: float = math.inf
 
 
-def _share(left: Any, limit: Any) -> float:
+def _share(left: int | Decimal | None, limit: int | Decimal | None) -> float:
     if left is None or limit is None:
         return math.inf
     return float(left) / float(limit) if limit else 0.0
 
 
-def budget(request_limit: Any, token_limit: Any, cost_limit: Any, left_requests: Any, left_tokens: Any,
-           left_usd: Any, resets_at: datetime | None) -> Room:
+def budget(request_limit: int | None, token_limit: int | None, cost_limit: Decimal | None,
+           left_requests: int | None, left_tokens: int | None, left_usd: Decimal | None,
+           resets_at: datetime | None) -> Room:
     """One budget window's room (``left_*`` ``None`` where it has no such limit). Pure."""
     return Room(None if left_requests is None else int(left_requests),
                 None if left_tokens is None else int(left_tokens),
@@ -89,7 +96,7 @@ def budget(request_limit: Any, token_limit: Any, cost_limit: Any, left_requests:
                     _share(left_usd, cost_limit)))
 
 
-def _least(values: Iterable[Any]) -> Any:
+def _least(values: Iterable[N | None]) -> N | None:
     present = [v for v in values if v is not None]
     return min(present) if present else None
 
@@ -120,7 +127,7 @@ def of_spend_rows(rows: Iterable[Mapping[str, Any]]) -> Room | None:
                            None, r["room_reset"]) for r in rows])
 
 
-def of_locked(budgets: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
+def of_locked(budgets: Sequence[BudgetRow], rows: Sequence[WindowRow],
               worst_usd: Decimal) -> Room | None:
     """The chain's room from its locked windows (``rows``, as read before this request was
     counted) once it is counted with ``worst_usd`` reserved: the dollar path. Pure."""

@@ -18,15 +18,18 @@ rolls over or an operator raises the limit.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.admission.ceiling import Decision, decide, retry_after_s
 from app.admission.cost import dollars
 from app.errors import STOP_STATUS, GatewayError
+
+if TYPE_CHECKING:
+    from app.budgets.rows import BudgetRow, WindowRow
 
 #: ``error.type`` and ``error.code`` of a refusal by an exhausted budget.
 BUDGET_EXHAUSTED = "budget_exhausted"
@@ -44,18 +47,18 @@ class Verdict:
     resets_at: datetime | None = None
 
 
-def window_verdict(budget: Mapping[str, Any], window: Mapping[str, Any], worst_usd: Decimal) -> Verdict:
+def window_verdict(budget: BudgetRow, window: WindowRow, worst_usd: Decimal) -> Verdict:
     """One budget (a ``budgets`` row) in its current window (a ``budget_windows`` row)."""
     resets_at = window.get("window_end")
-    limit = budget.get("request_limit")
-    if limit is not None and window["admitted_requests"] >= limit:
+    request_limit = budget.get("request_limit")
+    if request_limit is not None and window["admitted_requests"] >= request_limit:
         return Verdict(Decision.LATCH, budget["id"], "request_limit",
-                       {"admitted_requests": window["admitted_requests"], "request_limit": limit}, resets_at)
-    limit = budget.get("token_limit")
+                       {"admitted_requests": window["admitted_requests"], "request_limit": request_limit}, resets_at)
+    token_limit = budget.get("token_limit")
     tokens = window["input_tokens"] + window["output_tokens"]
-    if limit is not None and tokens >= limit:
+    if token_limit is not None and tokens >= token_limit:
         return Verdict(Decision.LATCH, budget["id"], "token_limit",
-                       {"total_tokens": tokens, "token_limit": limit}, resets_at)
+                       {"total_tokens": tokens, "token_limit": token_limit}, resets_at)
     limit = budget.get("cost_limit_usd")
     decision = decide(window["cost_usd"], window["reserved_usd"], worst_usd, limit)
     if decision is Decision.ADMIT:

@@ -30,14 +30,16 @@ linger when nobody is short).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from app.budgets.rows import BudgetRow, WindowRow
 
 #: A take grants at most this fraction (1/SHARE) of a window's free remainder.
 SHARE = 16
 
 
-def free_requests(budget: Mapping[str, Any], window: Mapping[str, Any]) -> int | None:
+def free_requests(budget: BudgetRow, window: WindowRow) -> int | None:
     """The window's free remainder of requests (``None``: the budget has no request
     limit); negative when an operator lowered the limit below what is granted."""
     limit = budget.get("request_limit")
@@ -63,9 +65,9 @@ def needs_reclaim(free: int | None, leased: int) -> bool:
     return free is not None and free < 1 and leased > 0
 
 
-def committed_view(window: Mapping[str, Any]) -> dict[str, Any]:
+def committed_view(window: WindowRow) -> WindowRow:
     """The window as the ceiling rules (:func:`app.budgets.rules.window_verdict`) read it:
     ``admitted_requests`` counts what is granted to leases too (it may all be spent)."""
-    view = dict(window)
+    view = window.copy()
     view["admitted_requests"] = int(window["admitted_requests"]) + int(window.get("leased_requests") or 0)
     return view
