@@ -51,8 +51,8 @@ from app.guard.strike_rules import DEFAULT_ACTIONS, answer_sentence
 from app.guard.strikes import Applied, judge_answer
 from app.proxy.outcome import Outcome
 from app.proxy.verdict import Ruling
-from app.wire.base import ResponseSummary, Usage
 from app.settings import Settings
+from app.wire.base import ResponseSummary, Usage
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ class Accounting:
                 detail = dict(verdict.detail) if verdict is not None else {}
                 if await self._judge_rule(soft, detail) and struck is None:
                     struck = (soft, detail)
-        except Exception:  # noqa: BLE001 - the answer is released; the record is best effort here
+        except Exception:  # the answer is released; the record is best effort here
             logger.exception("judging a response of task %s before its last byte failed", self.task_id)
         if struck is None:
             return None
