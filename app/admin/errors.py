@@ -15,12 +15,13 @@ Every error answers ``{"error": {"type", "code", "message", "param", "request_id
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
-from starlette.routing import Match
+from starlette.routing import BaseRoute, Match
 
 _TYPES = {401: "authentication_error", 500: "internal_error", 503: "gateway_unavailable"}
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
@@ -81,7 +82,7 @@ def validation_response(exc: RequestValidationError) -> JSONResponse:
     return error_response(422, "; ".join(parts) + more, code="validation_error", param=first)
 
 
-def allow_header(routes: Any, scope: dict[str, Any]) -> str:
+def allow_header(routes: Sequence[BaseRoute], scope: dict[str, Any]) -> str:
     """The ``Allow`` header of a 405: every method some route serves at this path
     (Starlette names only the first matching route's)."""
     return ", ".join(m for m in ("GET", "POST", "PUT", "PATCH", "DELETE")

@@ -38,6 +38,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections.abc import Coroutine
 from datetime import datetime, timezone
 from typing import Any
 
@@ -93,7 +94,7 @@ class StopWatcher:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         t = asyncio.ensure_future(coro)
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
