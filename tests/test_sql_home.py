@@ -124,7 +124,8 @@ def _ledger_compositions() -> dict[str, str]:
                  " output_tokens = w.output_tokens + ${output}, cost_usd = w.cost_usd + ${cost}"
                  " FROM {after} WHERE w.budget_id = ${window} AND w.window_start = ${start}"
                  " RETURNING w.budget_id, w.cost_usd)")
-    settled = ", (SELECT budget_id FROM settled) AS settled_budget_id, (SELECT cost_usd FROM settled) AS settled_cost_usd"
+    settled = (", (SELECT budget_id FROM settled) AS settled_budget_id,"
+               " (SELECT cost_usd FROM settled) AS settled_cost_usd")
     answer = (task.format(more=", tasks.status, tasks.loop_guard") + spent("task", model=10, input=2, output=3, cost=4)
               + ", answer AS (" + ANSWER_OF_TASK.format(task="task", key="$7", text="$8", repeat="$9") + "){settle}"
               " SELECT task.status, task.loop_guard, (SELECT response_streak FROM answer) AS answer_streak{settled}"
@@ -165,7 +166,8 @@ def test_admissions_statements_hold_their_shared_fragments():
     composed = {
         "admission_fast": (f"WITH counted AS (UPDATE tasks SET {COUNT_REQUEST} WHERE token_hash = $1 AND {ADMISSIBLE}"
                            " AND budget_id IS NULL RETURNING *),"
-                           " logged AS (INSERT INTO admissions (key, task_id, request_id) SELECT $2, id, $3 FROM counted)"
+                           " logged AS (INSERT INTO admissions (key, task_id, request_id)"
+                           " SELECT $2, id, $3 FROM counted)"
                            " SELECT * FROM counted"),
         "admission_count": (f"WITH counted AS (UPDATE tasks SET {COUNT_REQUEST}, reserved_usd = reserved_usd + $2"
                             " WHERE id = $1 RETURNING *),"

@@ -4,8 +4,9 @@ Every admitted POST runs one PostgreSQL transaction that holds the task's row lo
 
 - **Fast path** (no new tool results to judge): a single ``UPDATE ... RETURNING``
   (its own transaction, in autocommit mode: one round trip) that increments
-  ``admitted_requests`` only while the task is active and under every limit. PostgreSQL re-checks the ``WHERE`` clause on the locked row version, so N
-  concurrent requests against a limit L admit exactly L, across processes.
+  ``admitted_requests`` only while the task is active and under every limit. PostgreSQL
+  re-checks the ``WHERE`` clause on the locked row version, so N concurrent requests
+  against a limit L admit exactly L, across processes.
 - **Agent-turn path** (tool results, no dollar ceiling, ``allowed_models``, budget or
   conversation request/duration ceiling: :mod:`app.admission.turn`): ``BEGIN``, one
   ``SELECT`` that locks the row, writes the ledger, counts and returns the history window,
@@ -62,33 +63,30 @@ from typing import Any, NoReturn
 
 import asyncpg
 
-from app.db import sql
-from app.admission import ceiling, in_flight, known_turn, reconcile, reservations
+from app import events
+from app.admission import anchor_rows, ceiling, in_flight, known_turn, reconcile, reservations
+from app.admission import turn as agent_turn
+from app.admission.charge import Charge, charge_refusal
+from app.admission.holds import POLL_INTERVAL_S, holds
+from app.admission.limits import limit_breach
 from app.admission.outcomes import Admitted
 from app.admission.outcomes import Exhausted as _Exhausted
 from app.admission.outcomes import Held as _Held
 from app.admission.outcomes import NeedsHistory as _NeedsHistory
-from app.admission import anchor_rows
-from app.admission import turn as agent_turn
-from app.admission.charge import Charge, charge_refusal
-from app import events
-from app.admission.holds import POLL_INTERVAL_S, holds
-from app.admission.limits import limit_breach
 from app.admission.refusals import count_refusal, log_refusal, stop_refusal
 from app.budgets import ledger as budget_ledger
 from app.budgets import room, windows
 from app.budgets.rules import budget_exhausted, budget_reserved
-from app.db import commits
+from app.db import commits, sql
 from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
 from app.errors import GatewayError, fail_closed, unauthorized, unavailable
-from app.guard import conversations
+from app.guard import conversations, strikes
 from app.guard.conversation_rules import conversation_breach
 from app.guard.detector import Action, Verdict
-from app.guard import strikes
 from app.guard.ledger import GuardRequest, record_request
-from app.guard.strike_rules import STRIKE
 from app.guard.policy import Policy
+from app.guard.strike_rules import STRIKE
 from app.settings import Settings
 from app.task import Task
 

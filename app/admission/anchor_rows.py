@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncpg
 
-from app.db import sql
 from app.admission.anchor import Anchor
+from app.db import sql
 
 _ANCHOR = sql.statement("anchor_read")
 #: Its own relaxed transaction, like the usage it comes with (app/db/sql/admission.sql).

@@ -10,9 +10,9 @@ not allowed, which is a configuration matter, not the agent running away.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app.admission.anchor import Anchor, History, anchored_tokens, history_of

@@ -19,8 +19,8 @@ from decimal import Decimal
 
 import asyncpg
 
-from app.db import sql
 from app.admission.ceiling import wake_order
+from app.db import sql
 from app.task import Task
 
 logger = logging.getLogger(__name__)
@@ -88,10 +88,11 @@ class Holds:
                 try:
                     async with pool.acquire() as conn:
                         row = await conn.fetchrow(_READ, task_id)
-                except Exception:  # noqa: BLE001 - admission itself reports (503 when unreachable)
+                except Exception:  # admission itself reports (503 when unreachable)
                     logger.debug("could not read task %s for its waiting requests", task_id, exc_info=True)
                     row = None
-                woken = range(len(waiting)) if row is None else wake_order(Task.from_row(row), [w.worst_usd for w in waiting])
+                woken = (range(len(waiting)) if row is None
+                         else wake_order(Task.from_row(row), [w.worst_usd for w in waiting]))
                 for i in woken:
                     waiting[i].woken.set()
                 try:

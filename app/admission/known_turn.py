@@ -39,8 +39,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.db import sql
 from app.admission import turn as agent_turn
+from app.db import sql
 from app.guard import known_windows
 from app.guard.detector import OK, Action, CallRecord, Verdict
 from app.guard.ledger import GuardRequest

@@ -100,7 +100,8 @@ def limit_since_stop(task: Task, reason: str | None, detail: Mapping[str, Any] |
     if now is not None and Decimal(str(then)) == Decimal(str(now)):
         return None
     if name == "cost_limit_usd":
-        return f"{dollars(Decimal(str(then)))} when it stopped; " + (dollars(now) if now is not None else "none") + " now"
+        since = dollars(now) if now is not None else "none"
+        return f"{dollars(Decimal(str(then)))} when it stopped; {since} now"
     def number(v: Any) -> str:  # 120.0 -> 120
         return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
     return f"{number(then)} when it stopped; {'none' if now is None else number(now)} now"

@@ -23,13 +23,12 @@ from decimal import Decimal
 
 import asyncpg
 
-from app.db import sql
 from app.admission import reservations
-from app.admission.outcomes import Admitted
 from app.admission.charge import Charge
-from app.guard.policy import Policy
-from app.db import commits
+from app.admission.outcomes import Admitted
+from app.db import commits, sql
 from app.db.errors import database_unreachable
+from app.guard.policy import Policy
 from app.settings import Settings
 from app.task import Task
 

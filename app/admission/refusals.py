@@ -18,8 +18,8 @@ from typing import Any, Mapping
 
 import asyncpg
 
-from app.db import sql
 from app.admission.limits import counters_sentence, explain_stop, limit_since_stop
+from app.db import sql
 from app.errors import GatewayError, task_stopped
 from app.guard.strike_rules import DEFAULT_ACTIONS, strike_event_sentence
 from app.task import Task

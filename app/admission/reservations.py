@@ -13,13 +13,14 @@ the amount only if the row was still there, so nothing is released twice.
 (default 30 s): a hold past its deadline whose owner is *gone* is deleted, its amount
 taken off ``reserved_usd`` (and off the budget windows it also reserved in, unless its
 settlement released those already: :func:`app.budgets.ledger.settle`) and a
-``reservation_released`` event recorded, all in one statement (two sweepers never release one hold twice: the delete decides). An owner is
-gone when it ran on this host and no process with that pid and start time exists
-(:func:`owner_gone`); holds owned on another host are left to that host's gateways (or
-to the admin action). The released dollars are not charged: what the dead request cost
-upstream is unknown. :func:`release_task` (``POST /admin/tasks/{id}/release-reservations``,
-``taskgate tasks release``) releases a task's holds past their deadline whatever their
-owner, and those of gone owners at once.
+``reservation_released`` event recorded, all in one statement (two sweepers never
+release one hold twice: the delete decides). An owner is gone when it ran on this host
+and no process with that pid and start time exists (:func:`owner_gone`); holds owned
+on another host are left to that host's gateways (or to the admin action). The
+released dollars are not charged: what the dead request cost upstream is unknown.
+:func:`release_task` (``POST /admin/tasks/{id}/release-reservations``, ``taskgate tasks
+release``) releases a task's holds past their deadline whatever their owner, and those
+of gone owners at once.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ import psutil
 
 from app.db import sql
 from app.guard.policy import Policy
-from app.settings import Settings
 
 logger = logging.getLogger(__name__)
 

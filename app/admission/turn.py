@@ -30,13 +30,13 @@ from typing import Any
 
 import asyncpg
 
-from app.db import sql
-from app.guard.detector import Action, CallRecord, Verdict, window_size
 from app.admission.limits import limit_breach
-from app.guard.ledger import GuardRequest
+from app.db import sql
 from app.guard import known_windows
-from app.guard.ledger_rows import CallColumns, ResultColumns, call_rows, result_rows, window_records
+from app.guard.detector import Action, CallRecord, Verdict, window_size
+from app.guard.ledger import GuardRequest
 from app.guard.ledger import judge as judge_window
+from app.guard.ledger_rows import CallColumns, ResultColumns, call_rows, result_rows, window_records
 from app.guard.policy import Policy
 from app.guard.result_prints import config_for, fingerprints
 from app.settings import Settings

@@ -3,9 +3,9 @@
 One ``tool_calls`` row per tool call invocation per task, keyed by tool call id, with
 the tool name (ids and names longer than 256 characters or holding NUL or a lone
 surrogate are stored as ``sha256:<hex>``, :func:`app.db.bounds.ledger_text`), SHA-256
-of the canonical arguments, SHA-256 of the result, the resolved failure flag, the conversation key and a global order (``seq``). A call id
-seen again (every request resends the history) never counts twice: inserts are
-``ON CONFLICT DO NOTHING`` and results are written only once.
+of the canonical arguments, SHA-256 of the result, the resolved failure flag, the
+conversation key and a global order (``seq``). A call id seen again (every request
+resends the history) never counts twice: inserts are ``ON CONFLICT DO NOTHING`` and results are written only once.
 
 - :func:`record_request` runs inside admission, with the task row locked: it adds the
   new results a request carries and asks the detector for a verdict *before* the
@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import asyncpg
 
 from app import events
-from app.db import tasks as task_rows
 from app.db import sql
+from app.db import tasks as task_rows
 from app.guard import conversations, known_windows
 from app.guard.conversation_rules import answer_repeats, repeated_response
 from app.guard.detector import MIN_WINDOW, Action, CallRecord, Thresholds, Verdict, detect, window_size
@@ -193,7 +193,8 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
                           settlement: Settlement | None = None, *,
                           request_id: str | None = None, seen_answer_sha256: str | None = None,
                           reservation_id: int | None = None,
-                          budget_window: tuple[str, datetime] | None = None, model: str | None = None) -> Verdict | None:
+                          budget_window: tuple[str, datetime] | None = None,
+                          model: str | None = None) -> Verdict | None:
     """Record a finished response: usage into the task's token counters and its
     ``settlement`` into its dollar counters (one statement), tool calls into the ledger
     as pending; trip the latch when the detector says stop (e.g. the tool-call ceiling

@@ -12,8 +12,9 @@ named statements the core sends, read once at import from the package's ``.sql``
   ``LOADS = {name: digest}`` (:func:`function_digest`; the test requires the newest pin
   of every function to match its file: an edited file without such a migration would
   never reach a database already migrated); a changed signature or return type needs a
-  ``DROP FUNCTION`` first. To add a function, add a file and such a migration. :func:`function_names` is in name order, the order a migration loads them
-  (a ``LANGUAGE sql`` function's body is checked at creation: what it calls must sort
+  ``DROP FUNCTION`` first. To add a function, add a file and such a migration.
+  :func:`function_names` is in name order, the order a migration loads them (a
+  ``LANGUAGE sql`` function's body is checked at creation: what it calls must sort
   first, or be created first).
 - ``<area>.sql``: named statements, each headed ``-- name: <name>`` (names unique across
   the files); the ``--`` lines right under the header document it and are not sent;
