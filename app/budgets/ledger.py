@@ -7,15 +7,18 @@ budget.
 **Reserve** (:func:`reserve`, inside a task's admission transaction, after the task's own
 checks passed and while its row lock is held), two ways:
 
-- a chain **without a dollar ceiling** spends one request from the task's escrow lease
+- a chain **without a dollar ceiling, a model limit or a rate** spends one request from the task's escrow lease
   of each window (:mod:`app.budgets.escrow`): no window row is locked. When a lease
   cannot pay, :class:`NeedsLease` rolls the admission back and the caller takes a lease
   (:func:`take`, its own short transaction) and admits again;
-- a chain **with a dollar ceiling** locks each budget's current window (created if
-  missing; root first, ``INSERT ... ON CONFLICT DO UPDATE ... RETURNING``), decides
-  (:mod:`app.budgets.rules`, counting leased requests as admitted and reclaiming them
-  when the window is short) and, when it admits, one statement adds the request and its
-  worst-case dollars to every window: exact, one request at a time per budget.
+- a chain **with a dollar ceiling** (or a model limit or a rate) locks each budget's
+  current window (created if missing; root first, ``INSERT ... ON CONFLICT DO UPDATE ...
+  RETURNING``), decides (:mod:`app.budgets.rules`, counting leased requests as admitted
+  and reclaiming them when the window is short; then the globs of the request's model,
+  :mod:`app.budgets.model_limits`, and the minute's rates, :mod:`app.budgets.rates`) and,
+  when it admits, one statement adds the request and its worst-case dollars to every
+  window: exact, one request at a time per budget. Lock order: task, windows root
+  first, the globs' rows, the minute's rows (settlement follows it).
 
 Every admission locks its chain root first, so two admissions never wait on each other
 in a circle, and N gateways never admit past any budget's limit (docs/budgets.md).
