@@ -32,12 +32,15 @@ import fnmatch
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from app.admission.ceiling import Decision, decide
 from app.budgets.rules import Verdict
+
+if TYPE_CHECKING:
+    from app.budgets.rows import BudgetRow, WindowRow
 
 #: ``Verdict.what`` of a refusal by a model limit.
 MODEL_LIMIT = "model_limit"
@@ -96,13 +99,13 @@ def glob_problem(glob: Any) -> str | None:
     return None
 
 
-def entries(budget: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def entries(budget: BudgetRow) -> list[Mapping[str, Any]]:
     """The budget row's ``model_limits`` (``[]`` for none)."""
     value = budget.get("model_limits")
     return list(value) if isinstance(value, list) else []
 
 
-def matching(budget: Mapping[str, Any], model: str | None) -> list[Mapping[str, Any]]:
+def matching(budget: BudgetRow, model: str | None) -> list[Mapping[str, Any]]:
     """The entries of ``budget`` whose glob matches ``model`` (none for a request that
     names no model). Pure."""
     if model is None:
@@ -110,7 +113,7 @@ def matching(budget: Mapping[str, Any], model: str | None) -> list[Mapping[str, 
     return [e for e in entries(budget) if fnmatch.fnmatchcase(model, e["model"])]
 
 
-def metered(budgets: Sequence[Mapping[str, Any]], model: str | None) -> bool:
+def metered(budgets: Sequence[BudgetRow], model: str | None) -> bool:
     """Whether a dollar limit of a glob matching ``model`` applies in the chain."""
     return any(e.get("cost_limit_usd") is not None for b in budgets for e in matching(b, model))
 
@@ -137,8 +140,8 @@ def verdict(budget_id: str, entry: Mapping[str, Any], row: Mapping[str, Any], mo
                     "cost_limit_usd": str(cost_limit)}, resets_at)
 
 
-async def check(conn: asyncpg.Connection, budgets: Sequence[Mapping[str, Any]], keys: Sequence[tuple[str, datetime]],
-                rows: Sequence[Mapping[str, Any]], model: str | None,
+async def check(conn: asyncpg.Connection, budgets: Sequence[BudgetRow], keys: Sequence[tuple[str, datetime]],
+                rows: Sequence[WindowRow], model: str | None,
                 worst_usd: Decimal) -> tuple[Verdict, list[ModelKey]]:
     """The chain's verdict over the globs matching ``model`` (each glob's window row
     created if missing and locked; call with the budgets' windows locked, root first)

@@ -25,13 +25,16 @@ window row locked: its admissions run one at a time (the bound: docs/budgets.md)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
 from app.errors import GatewayError
+
+if TYPE_CHECKING:
+    from app.budgets.rows import BudgetRow
 
 #: ``error.code`` of a refusal by a rate (``error.type``: ``rate_limit_error``).
 RATE_LIMITED = "rate_limited"
@@ -53,7 +56,7 @@ _SETTLE = """
 """
 
 
-def rated(budget: Mapping[str, Any]) -> bool:
+def rated(budget: BudgetRow) -> bool:
     """Whether ``budget`` (a ``budgets`` row) has a rate."""
     return budget.get("requests_per_minute") is not None or budget.get("tokens_per_minute") is not None
 
@@ -72,7 +75,7 @@ def _instant(at: datetime) -> str:
     return at.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def rate_limited(task_id: str, budget: Mapping[str, Any], requests: int, tokens: int, at: datetime) -> GatewayError:
+def rate_limited(task_id: str, budget: BudgetRow, requests: int, tokens: int, at: datetime) -> GatewayError:
     """429 ``rate_limited``: ``budget``'s minute holding ``at`` has ``requests`` admitted and
     ``tokens`` reported, at its ``requests_per_minute`` or ``tokens_per_minute``. Names
     the rate and when the minute ends; ``Retry-After`` in seconds, ``x-should-retry:
@@ -93,7 +96,7 @@ def rate_limited(task_id: str, budget: Mapping[str, Any], requests: int, tokens:
          "x-taskgate-rate-reset": _instant(ends)})
 
 
-async def take(conn: asyncpg.Connection, task_id: str, budgets: Sequence[Mapping[str, Any]], at: datetime) -> None:
+async def take(conn: asyncpg.Connection, task_id: str, budgets: Sequence[BudgetRow], at: datetime) -> None:
     """Count one request in the current minute of every rated budget of the chain (root
     first), in the admission's transaction; raises :func:`rate_limited` for the first
     one over a rate (the caller's transaction must roll back: rates counted before it in
