@@ -363,7 +363,7 @@ admissions = Table(
     Index("ix_admissions_admitted_at", "admitted_at", postgresql_using="brin"),
 )
 
-#: What ``GET /admin/spend`` exports (migration 0018, :mod:`app.db.spend`): per task, model
+#: What ``GET /admin/spend`` exports (migration 0020, :mod:`app.db.spend`): per task, model
 #: (``''`` unknown) and UTC day, the requests settled with their tokens and dollars,
 #: upserted in the statement that settles a response on its task. ``budget_id``: the
 #: task's. No foreign keys: kept after its task is deleted, never pruned.

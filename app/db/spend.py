@@ -1,5 +1,5 @@
 """The durable spend record: one ``spend_daily`` row per task, model and UTC day
-(migration 0018), what ``GET /admin/spend`` exports.
+(migration 0020), what ``GET /admin/spend`` exports.
 
 A request's tokens and dollars reach it in the statement that settles them on the task
 (:mod:`app.guard.ledger`): :func:`spent` is a common table expression that statement

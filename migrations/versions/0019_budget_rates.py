@@ -14,7 +14,7 @@
   reported in it (``app.budgets.rates``).
 
 Revision ID: 0019
-Revises: 0020
+Revises: 0018
 Create Date: 2026-12-04
 """
 import sqlalchemy as sa
@@ -22,7 +22,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0019"
-down_revision = "0020"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 

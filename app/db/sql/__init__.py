@@ -4,9 +4,9 @@ named statements the core sends, read once at import from the package's ``.sql``
 - ``functions/<name>.sql``: one ``CREATE OR REPLACE FUNCTION <name>(...)`` per file, its
   body between ``$fn$`` delimiters; :func:`function_text` is the whole statement,
   :func:`function_body` the body PostgreSQL keeps (``pg_proc.prosrc``). These files are
-  the truth: migration ``0020_sql_home`` created every function from them, and
+  the truth: migration ``0018_sql_home`` created every function from them, and
   ``tests/test_sql_home.py`` checks that the migrated database holds exactly these
-  bodies, and no ``taskgate_*`` function without a file. The migrations before 0020 keep
+  bodies, and no ``taskgate_*`` function without a file. The migrations before 0018 keep
   their own copies as history. **To change a function**: edit its file and add a
   migration that runs ``op.execute(function_text(name))`` and pins the new body in its
   ``LOADS = {name: digest}`` (:func:`function_digest`; the test requires the newest pin

@@ -5,7 +5,7 @@
 -- it; the fast path and the budget lease paths take its text, app.admission.limits.ADMISSIBLE);
 -- app.admission.limits.limit_breach only explains a refusal (which limit, its numbers),
 -- and tests/test_admission_rule.py keeps the two in step. STABLE (now()). LANGUAGE sql,
--- one SELECT of an expression: app.db.sql.expression reads it so. Since 0020.
+-- one SELECT of an expression: app.db.sql.expression reads it so. Since 0018.
 CREATE OR REPLACE FUNCTION taskgate_admissible(t tasks, p_reservation_usd numeric DEFAULT NULL)
 RETURNS boolean LANGUAGE sql STABLE AS $fn$
 SELECT t.status = 'active' AND t.admitted_requests < t.request_limit

@@ -1,7 +1,7 @@
 -- An agent turn's request side under the task's row lock: records its tool calls and results,
 -- counts the request when the task admits one more, returns the conversation's window
 -- (app.admission.turn). Since 0009; 0012: a new call carries its result in one row;
--- 0020: the rule and the path as taskgate_admissible and taskgate_one_statement.
+-- 0018: the rule and the path as taskgate_admissible and taskgate_one_statement.
 CREATE OR REPLACE FUNCTION taskgate_agent_turn(
     p_token_hash text, p_expect boolean, p_loop_guard jsonb, p_key text, p_window integer,
     p_conversation_limit boolean,  -- a conversation tool-call ceiling applies whatever the task says

@@ -20,7 +20,7 @@ migrated database against the files.
 Downgrade: the functions as the earlier migrations left them; a function those never
 created is dropped.
 
-Revision ID: 0020
+Revision ID: 0018
 Revises: 0017
 Create Date: 2026-12-04
 """
@@ -32,7 +32,7 @@ from alembic import op
 
 from app.db import sql
 
-revision = "0020"
+revision = "0018"
 down_revision = "0017"
 branch_labels = None
 depends_on = None

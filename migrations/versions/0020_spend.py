@@ -9,14 +9,14 @@ tasks and is never pruned (``request_log`` is, and is written off the request's 
 ``model`` is the model the client asked for (``''`` when unknown). ``GET /admin/spend``
 reads it (docs/budgets.md, "Spend export").
 
-Revision ID: 0018
+Revision ID: 0020
 Revises: 0019
 Create Date: 2026-12-04
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0018"
+revision = "0020"
 down_revision = "0019"
 branch_labels = None
 depends_on = None
