@@ -107,12 +107,34 @@ def _same(text: str) -> str:
 
 def _ledger_compositions() -> dict[str, str]:
     """The guard ledger's statements as ``app.guard.ledger`` built them from fragments
-    before they were written out in ``app/db/sql/ledger.sql``, from the fragments their
-    modules still own (the relaxed commit, the spend CTE, the answer upsert, the window
-    columns): a fragment changed there without the file turns this red."""
+    before they were written out in ``app/db/sql/ledger.sql``: the relaxed commit from its
+    module (a change there without the file turns this red), the spend CTE and the answer
+    upsert as they were built then (every statement that runs one holds the same text)."""
     from app.db.pool import RELAXED_COMMIT
-    from app.db.spend import spent
-    from app.guard.conversations import ANSWER_OF_TASK
+
+    spent_cte = (
+        "spent AS (INSERT INTO spend_daily AS s (day, task_id, model, budget_id, requests, input_tokens,"
+        " output_tokens, cost_usd) SELECT (now() AT TIME ZONE 'UTC')::date, {task_id}, ${model}::text, {budget_id}, 1,"
+        " ${input}, ${output}, ${cost} FROM {task} WHERE ${model}::text IS NOT NULL"
+        " ON CONFLICT (day, task_id, model) DO UPDATE SET requests = s.requests + 1,"
+        " input_tokens = s.input_tokens + EXCLUDED.input_tokens,"
+        " output_tokens = s.output_tokens + EXCLUDED.output_tokens,"
+        " cost_usd = s.cost_usd + EXCLUDED.cost_usd)")
+
+    def spent(task: str, *, model: int, input: int, output: int, cost: int, row: str | None = None) -> str:
+        prefix = f"{row}." if row else f"{task}."
+        return spent_cte.format(task=task, task_id=prefix + "id", budget_id=prefix + "budget_id", model=model,
+                                input=input, output=output, cost=cost)
+
+    answer_of_task = (
+        "INSERT INTO conversations (task_id, conversation_key, response_hash, response_streak)"
+        " SELECT {task}.id, {key}, {text}, CASE WHEN {repeat}::boolean THEN 1 ELSE 0 END FROM {task}"
+        " ON CONFLICT (task_id, conversation_key) DO UPDATE"
+        " SET response_streak = CASE WHEN EXCLUDED.response_streak = 0 THEN 0"
+        "                            WHEN conversations.response_hash = EXCLUDED.response_hash"
+        "                            THEN conversations.response_streak + 1 ELSE 1 END,"
+        "     response_hash = EXCLUDED.response_hash, updated_at = now()"
+        " RETURNING response_streak")
 
     held = "held AS (DELETE FROM reservations WHERE id = $6 RETURNING id)"
     usage = ("UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,"
@@ -127,7 +149,7 @@ def _ledger_compositions() -> dict[str, str]:
     settled = (", (SELECT budget_id FROM settled) AS settled_budget_id,"
                " (SELECT cost_usd FROM settled) AS settled_cost_usd")
     answer = (task.format(more=", tasks.status, tasks.loop_guard") + spent("task", model=10, input=2, output=3, cost=4)
-              + ", answer AS (" + ANSWER_OF_TASK.format(task="task", key="$7", text="$8", repeat="$9") + "){settle}"
+              + ", answer AS (" + answer_of_task.format(task="task", key="$7", text="$8", repeat="$9") + "){settle}"
               " SELECT task.status, task.loop_guard, (SELECT response_streak FROM answer) AS answer_streak{settled}"
               " FROM task")
     record = ("WITH f AS (SELECT * FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
@@ -170,7 +192,7 @@ def test_admissions_statements_hold_their_shared_fragments():
                            " SELECT $2, id, $3 FROM counted)"
                            " SELECT * FROM counted"),
         "admission_count": (f"WITH counted AS (UPDATE tasks SET {COUNT_REQUEST}, reserved_usd = reserved_usd + $2"
-                            " WHERE id = $1 RETURNING *),"
+                            " WHERE id = $1 AND taskgate_admissible(tasks, $2) RETURNING *),"
                             " logged AS (INSERT INTO admissions (key, task_id, request_id, budget_ids, window_starts)"
                             " SELECT $3, id, $4, $5::text[], $6::timestamptz[] FROM counted)"
                             " SELECT * FROM counted"),

@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from app.db import sql
 from app.db.errors import database_unreachable, server_gone
 from app.db.fair_pool import expire_all, pinned
 from app.db.retry import delays
@@ -56,27 +57,15 @@ T = TypeVar("T")
 
 #: Fence one key (``$1``): the admission's row when it landed (``task_id`` set), else a
 #: new void row (``task_id`` NULL). Writes either way, durably.
-FENCE = """
-WITH durable AS (SELECT set_config('synchronous_commit',
-                      CASE WHEN current_setting('synchronous_commit') IN ('remote_apply', 'remote_write', 'on')
-                           THEN current_setting('synchronous_commit') ELSE 'on' END, true))
-INSERT INTO admissions (key, reconciled_at) SELECT $1, now() FROM durable
-ON CONFLICT (key) DO UPDATE SET reconciled_at = now()
-RETURNING key, task_id, request_id, budget_ids, window_starts
-"""
+FENCE = sql.statement("commit_fence")
 #: Mark one admission (``$1``) settled: ``true`` the first time, ``false`` when an earlier
 #: settlement already committed, no row when the admission is not in the log. A
 #: settlement still running on another connection holds the row: this waits for it.
-SETTLE_ONCE = ("UPDATE admissions SET settled_at = coalesce(settled_at, now()) WHERE key = $1"
-               " RETURNING settled_at = now()")
+SETTLE_ONCE = sql.statement("commit_settle_once")
 #: The task row, locked before a settlement's budget windows (admission's lock order).
-LOCK_TASK = "SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE"
+LOCK_TASK = sql.statement("commit_lock_task")
 #: Admission log rows older than ``$1`` seconds, deleted ``$2`` at a time.
-PRUNE = """
-DELETE FROM admissions WHERE key IN (
-  SELECT key FROM admissions WHERE admitted_at < now() - $1 * interval '1 second' LIMIT $2
-     FOR UPDATE SKIP LOCKED)
-"""
+PRUNE = sql.statement("commit_prune")
 PRUNE_BATCH = 5000
 
 

@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
+from app.db import sql
 from app.db.fair_pool import GuardedConnection, create_fair_pool
 from app.db.urls import asyncpg_dsn
 from app.settings import Settings
@@ -93,28 +94,30 @@ async def create_pool(database_url: str, settings: Settings, *, direct: bool = F
     )
 
 
+_DURABLE = sql.statement("pool_durable")
+
+
 async def durable(conn: asyncpg.Connection) -> None:
     """Make the current transaction's commit wait for the disk (latches, admin changes),
     even where an operator turned ``synchronous_commit`` off for the database."""
-    await conn.execute("SET LOCAL synchronous_commit = on")
+    await conn.execute(_DURABLE)
 
 
 #: ``synchronous_commit`` for relaxed post-response records: ``off`` on a server without
 #: synchronous standbys, else the session's own (``on``). With a synchronous standby an
 #: ``off`` commit returns before the standby has it, so a failover would lose the last
 #: usage, settlements and hold releases (a hold stranded, dollars uncounted).
-_RELAXED_LEVEL = ("CASE WHEN current_setting('synchronous_standby_names') = '' THEN 'off'"
-                  " ELSE current_setting('synchronous_commit') END")
+_RELAXED = sql.statement("pool_relaxed")
 #: A ``FROM`` item that makes the transaction it runs in commit without waiting for the
-#: disk (:data:`_RELAXED_LEVEL`): :func:`relaxed` inside one statement, for a statement
+#: disk (:data:`_RELAXED`): :func:`relaxed` inside one statement, for a statement
 #: that is its own transaction (one round trip instead of ``BEGIN``, ``SET LOCAL``, the
 #: statement, ``COMMIT``). ``set_config(..., true)`` is ``SET LOCAL``; it ends with the
 #: transaction.
-RELAXED_COMMIT = f"(SELECT set_config('synchronous_commit', {_RELAXED_LEVEL}, true)) AS relaxed_commit"
+RELAXED_COMMIT = sql.statement("relaxed_commit")
 
 
 async def relaxed(conn: asyncpg.Connection) -> None:
     """Let the current transaction commit without waiting for the disk (post-response
     accounting only: it is never a reservation), unless the server replicates
-    synchronously (:data:`_RELAXED_LEVEL`)."""
-    await conn.execute(f"SELECT set_config('synchronous_commit', {_RELAXED_LEVEL}, true)")
+    synchronously (:data:`_RELAXED`)."""
+    await conn.execute(_RELAXED)

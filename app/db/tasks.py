@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 
 from app import events
+from app.db import sql
 from app.db.bounds import storable_json
 from app.db.pool import durable
 from app.task import Task
@@ -18,22 +19,19 @@ logger = logging.getLogger(__name__)
 #: The channel every latch is announced on (payload: the task id). The NOTIFY runs in
 #: the latch's own transaction, so listeners hear it only once the latch is committed.
 STOP_CHANNEL = "taskgate_stop"
-_LATCH = (
-    "WITH latched AS (UPDATE tasks SET status = 'stopped', stop_reason = $2, stop_detail = $3,"
-    " stopped_at = now(), updated_at = now() WHERE id = $1 AND status = 'active' RETURNING id)"
-    f" SELECT pg_notify('{STOP_CHANNEL}', id) FROM latched"
-)
-_EVENT = ("INSERT INTO task_events (task_id, kind, reason, detail) VALUES ($1, $2, $3, $4)"
-          " RETURNING id")
+_LATCH = sql.statement("task_latch")  # NOTIFYs STOP_CHANNEL (tests/test_sql_inventory.py)
+_EVENT = sql.statement("task_event")
+_LOCK_BY_ID = sql.statement("task_lock_by_id")
+_LOCK_BY_TOKEN = sql.statement("task_lock_by_token")
 
 
 async def lock_task(conn: asyncpg.Connection, *, task_id: str | None = None,
                     token_hash: str | None = None) -> Task | None:
     """``SELECT ... FOR UPDATE`` one task by id or token hash; ``None`` when absent."""
     if task_id is not None:
-        row = await conn.fetchrow("SELECT * FROM tasks WHERE id = $1 FOR UPDATE", task_id)
+        row = await conn.fetchrow(_LOCK_BY_ID, task_id)
     else:
-        row = await conn.fetchrow("SELECT * FROM tasks WHERE token_hash = $1 FOR UPDATE", token_hash)
+        row = await conn.fetchrow(_LOCK_BY_TOKEN, token_hash)
     return Task.from_row(row) if row else None
 
 

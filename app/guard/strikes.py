@@ -27,6 +27,7 @@ from typing import Any, Mapping
 import asyncpg
 
 from app import events
+from app.db import sql
 from app.db import tasks as task_rows
 from app.db.pool import durable
 from app.guard.policy import rule_action
@@ -36,31 +37,17 @@ from app.task import LoopGuard
 
 logger = logging.getLogger(__name__)
 
-_LOCK_TASK = "SELECT status, loop_guard FROM tasks WHERE id = $1 FOR UPDATE"
-_STATE = ("SELECT strikes, strike_at, strike_request, note IS NOT NULL AS noted, now() AS now FROM conversations"
-          " WHERE task_id = $1 AND conversation_key = $2 FOR UPDATE")
+# The statements: app/db/sql/guard.sql.
+_LOCK_TASK = sql.statement("strike_lock_task")
+_STATE = sql.statement("strike_state")
 # $3 strikes (NULL: leave them), $4 the answer's request id, $5 the note (NULL: keep any
 # pending one), $6 the rule it is about
-_WRITE = (
-    "INSERT INTO conversations (task_id, conversation_key, strikes, strike_at, strike_request, note, note_reason)"
-    " VALUES ($1, $2, COALESCE($3, 0), CASE WHEN $3::integer IS NULL THEN NULL ELSE now() END, $4, $5,"
-    "         CASE WHEN $5::text IS NULL THEN NULL ELSE $6 END)"
-    " ON CONFLICT (task_id, conversation_key) DO UPDATE"
-    " SET strikes = COALESCE($3, conversations.strikes),"
-    "     strike_at = CASE WHEN $3::integer IS NULL THEN conversations.strike_at ELSE now() END,"
-    "     strike_request = CASE WHEN $3::integer IS NULL THEN conversations.strike_request ELSE $4 END,"
-    "     note = COALESCE($5, conversations.note),"
-    "     note_reason = CASE WHEN $5::text IS NULL THEN conversations.note_reason ELSE $6 END, updated_at = now()"
-)
-_COUNT = "UPDATE tasks SET strikes = strikes + $2, pending_notes = pending_notes + $3, updated_at = now() WHERE id = $1"
-_PEEK_NOTE = "SELECT 1 FROM conversations WHERE task_id = $1 AND conversation_key = $2 AND note IS NOT NULL"
-_LOCK_NOTES = "SELECT pending_notes FROM tasks WHERE id = $1 FOR UPDATE"
-_CLEAR_NOTE = (
-    "UPDATE conversations c SET note = NULL, note_reason = NULL, updated_at = now() FROM conversations o"
-    " WHERE o.task_id = c.task_id AND o.conversation_key = c.conversation_key"
-    " AND c.task_id = $1 AND c.conversation_key = $2 AND c.note IS NOT NULL RETURNING o.note, o.note_reason"
-)
-_UNCOUNT_NOTE = "UPDATE tasks SET pending_notes = greatest(pending_notes - 1, 0) WHERE id = $1"
+_WRITE = sql.statement("strike_write")
+_COUNT = sql.statement("strike_count")
+_PEEK_NOTE = sql.statement("strike_peek_note")
+_LOCK_NOTES = sql.statement("strike_lock_notes")
+_CLEAR_NOTE = sql.statement("strike_clear_note")
+_UNCOUNT_NOTE = sql.statement("strike_uncount_note")
 #: The time of a conversation never struck before (no prior strike to count).
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
