@@ -26,6 +26,7 @@ from starlette.responses import Response
 from app import events
 from app.admin import errors as admin_errors
 from app.admin.errors import AdminError
+from app.db import sql
 from app.db.errors import database_unreachable
 from app.errors import GatewayError, unavailable
 from app.fault_log import faults
@@ -55,7 +56,7 @@ def install(app: FastAPI, settings: Settings) -> None:
         try:
             async with asyncio.timeout(settings.database_timeout_s):
                 async with request.app.state.db.acquire() as conn:
-                    await conn.fetchval("SELECT 1")
+                    await conn.fetchval(sql.statement("health_probe"))
         except Exception:  # noqa: BLE001
             return JSONResponse({"status": "unavailable", "database": "unreachable"}, status_code=503)
         return JSONResponse({"status": "ready", "database": "ok"})

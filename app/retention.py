@@ -33,6 +33,7 @@ import logging
 
 import asyncpg
 
+from app.db import sql
 from app.guard.detector import window_size
 from app.guard.policy import Policy
 from app.settings import Settings
@@ -45,15 +46,7 @@ BATCH = 100
 #: Ledger rows deleted per transaction, and tasks looked at per candidate query.
 COMPACT_BATCH = 1000
 
-_PRUNE = """
-WITH doomed AS (
-    SELECT id FROM tasks
-     WHERE updated_at < now() - $1 * interval '1 day'
-     ORDER BY updated_at
-     LIMIT $2
-       FOR UPDATE SKIP LOCKED)
-DELETE FROM tasks t USING doomed WHERE t.id = doomed.id RETURNING t.id
-"""
+_PRUNE = sql.statement("retention_prune")
 
 
 async def prune(pool: asyncpg.Pool, older_than_days: float, max_batches: int = 1000) -> int:
@@ -73,21 +66,9 @@ async def prune(pool: asyncpg.Pool, older_than_days: float, max_batches: int = 1
 
 # A task with fewer calls than the floor cannot have a conversation past it (every ledger
 # row was counted in tasks.tool_calls when it was inserted).
-_COMPACT_CANDIDATES = ("SELECT id FROM tasks WHERE status = 'active' AND tool_calls > $1 AND id > $2"
-                       " ORDER BY id LIMIT $3")
-_LOCK_FOR_COMPACTION = "SELECT * FROM tasks WHERE id = $1 AND status = 'active' FOR NO KEY UPDATE SKIP LOCKED"
-_COMPACT = """
-WITH ranked AS (
-    SELECT call_id, result_hash, completed_at,
-           row_number() OVER (PARTITION BY conversation_key ORDER BY seq DESC) AS newest
-      FROM tool_calls WHERE task_id = $1),
-doomed AS (
-    SELECT call_id FROM ranked
-     WHERE newest > $2 AND result_hash IS NOT NULL
-       AND completed_at < now() - $3 * interval '1 second'
-     LIMIT $4)
-DELETE FROM tool_calls t USING doomed WHERE t.task_id = $1 AND t.call_id = doomed.call_id
-"""
+_COMPACT_CANDIDATES = sql.statement("retention_compact_candidates")
+_LOCK_FOR_COMPACTION = sql.statement("retention_lock_for_compaction")
+_COMPACT = sql.statement("retention_compact")
 
 
 def rows_kept(task: Task, settings: Settings) -> int:

@@ -27,6 +27,7 @@ import asyncpg
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
+from app.db import sql
 from app.db.pool import asyncpg_dsn
 from app.db.urls import describe
 from app.guard.detector import Thresholds
@@ -96,7 +97,7 @@ async def _probe(url: str, timeout_s: float) -> None:
     # no prepared statements: the URL may point at PgBouncer in transaction mode
     conn = await asyncpg.connect(asyncpg_dsn(url), timeout=timeout_s, statement_cache_size=0)
     try:
-        await conn.execute("SELECT 1")
+        await conn.execute(sql.statement("health_probe"))
     finally:
         await conn.close()
 

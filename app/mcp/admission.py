@@ -32,6 +32,7 @@ import asyncpg
 
 from app.admission.refusals import count_refusal, log_refusal, stop_refusal
 from app.budgets import ledger as budget_ledger
+from app.db import sql
 from app.db import tasks as task_rows
 from app.errors import GatewayError, fail_closed, unauthorized
 from app.guard.detector import Action, Verdict
@@ -44,7 +45,7 @@ from app.wire.base import ToolCall, ToolResult
 
 logger = logging.getLogger(__name__)
 
-_CHARGE = "UPDATE tasks SET cost_usd = cost_usd + $2, updated_at = now() WHERE id = $1"
+_CHARGE = sql.statement("mcp_charge")
 
 
 @dataclass(frozen=True, slots=True)

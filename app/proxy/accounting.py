@@ -40,10 +40,10 @@ from app.admission.cost import Settlement, settle
 from app.admission.holds import holds
 from app.budgets import ledger as budget_ledger
 from app.config.schema import Price
-from app.db import commits
+from app.db import commits, sql
 from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
-from app.db.pool import RELAXED_COMMIT, relaxed
+from app.db.pool import relaxed
 from app.db.retry import backlog
 from app.guard.detector import Action, Verdict
 from app.guard.ledger import LatchPending, record_response
@@ -62,8 +62,7 @@ _EVENT_KINDS = {
     "upstream_unreachable": "upstream_unreachable",
     "upstream_timeout": "upstream_timeout",
 }
-_COUNT_UNMETERED = ("UPDATE tasks SET unmetered_responses = unmetered_responses + 1, updated_at = now()"
-                    f" FROM {RELAXED_COMMIT} WHERE id = $1")
+_COUNT_UNMETERED = sql.statement("proxy_count_unmetered")
 
 
 def _soft_rule(verdict: Verdict | None) -> str | None:
@@ -81,9 +80,7 @@ def unmetered(outcome: Outcome) -> bool:
             and outcome.status is not None and 200 <= outcome.status < 300)
 
 
-_COUNT_STALL = (
-    "UPDATE tasks SET stalls = stalls + 1, updated_at = now() WHERE id = $1 RETURNING stalls, max_stalls"
-)
+_COUNT_STALL = sql.statement("proxy_count_stall")
 
 
 @dataclass(slots=True)

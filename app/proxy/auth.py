@@ -15,9 +15,10 @@ from collections import OrderedDict
 
 import asyncpg
 
+from app.db import sql
 from app.errors import fail_closed, unauthorized
 
-_EXISTS = "SELECT 1 FROM tasks WHERE token_hash = $1"
+_EXISTS = sql.statement("proxy_token_exists")
 
 
 class KnownTokens:

@@ -46,6 +46,7 @@ import asyncpg
 
 from app.admission.refusals import stop_refusal
 from app.budgets import pause
+from app.db import sql
 from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
 from app.db.pool import asyncpg_dsn
@@ -62,8 +63,7 @@ logger = logging.getLogger(__name__)
 #: open requests hold reservations that fit under the ceiling, and cutting them would
 #: only waste what they already cost.
 NOT_CUT = ("request_limit", "cost_limit")
-_STOPPED = ("SELECT * FROM tasks WHERE id = ANY($1::text[]) AND status <> 'active'"
-            " AND coalesce(stop_reason, '') <> ALL($2::text[])")
+_STOPPED = sql.statement("proxy_stopped_tasks")
 _KEEPALIVE_S = 10.0  # how often an idle listener connection proves it is alive
 _BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)  # reconnect delays, the last one repeating
 
@@ -199,7 +199,7 @@ class StopWatcher:
             try:
                 await asyncio.wait_for(lost.wait(), _KEEPALIVE_S)
             except TimeoutError:
-                await conn.fetchval("SELECT 1", timeout=self.settings.database_timeout_s)
+                await conn.fetchval(sql.statement("health_probe"), timeout=self.settings.database_timeout_s)
 
     # -- polling ------------------------------------------------------------------
 
@@ -220,6 +220,6 @@ class StopWatcher:
 async def _is_direct(conn: asyncpg.Connection) -> bool:
     """Whether ``conn`` is a session of its own on PostgreSQL (not through a pooler):
     a pooler answers the start-up with its own backend key, so the pid differs."""
-    pid: int = await conn.fetchval("SELECT pg_backend_pid()")
+    pid: int = await conn.fetchval(sql.statement("backend_pid"))
     server_pid: int = conn.get_server_pid()
     return pid == server_pid
