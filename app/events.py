@@ -32,6 +32,8 @@ logs, stop webhook and traces) subscribe once at start-up (:func:`app.main.creat
   :data:`BUDGET_THRESHOLD` (:class:`BudgetThreshold`): a budget's window reached one of its
   warning thresholds (once across processes, committed; :mod:`app.budgets.thresholds`);
   :data:`BUDGET_USAGE` (:class:`BudgetUsage`): the fraction of a limit a window used changed.
+- :data:`TASK_THRESHOLD` (:class:`TaskThreshold`): a task reached one of its warning
+  thresholds (once per limit value across processes, committed; :mod:`app.budgets.task_thresholds`).
 - :data:`MCP_CALL` (:class:`McpCall`): a ``tools/call`` through ``/mcp/<name>`` ended.
 
 Emitting is synchronous and cheap (a loop over the subscribers); a subscriber must not
@@ -252,6 +254,23 @@ class BudgetUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskThreshold:
+    """Task ``task_id`` used ``threshold`` percent of its ``limit`` (``request_limit``,
+    ``token_limit``, ``cost_limit_usd``; value ``limit_value``): ``spent`` and ``held`` in
+    the limit's unit (requests, tokens, US dollars), ``fraction`` = spent / limit;
+    ``message`` says it in words."""
+
+    task_id: str
+    limit: str
+    threshold: float
+    limit_value: Decimal
+    spent: Decimal
+    held: Decimal
+    fraction: float
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class McpCall:
     """A ``tools/call`` to MCP server ``server`` ended (:mod:`app.mcp.routes`):
     ``outcome`` is ``ok``, ``error`` (the tool failed), ``refused`` (by the gateway),
@@ -281,4 +300,5 @@ BUDGET_EXHAUSTED: Channel[BudgetExhausted] = Channel("budget_exhausted")
 BUDGET_SPENT: Channel[BudgetSpent] = Channel("budget_spent")
 BUDGET_THRESHOLD: Channel[BudgetThreshold] = Channel("budget_threshold")
 BUDGET_USAGE: Channel[BudgetUsage] = Channel("budget_usage")
+TASK_THRESHOLD: Channel[TaskThreshold] = Channel("task_threshold")
 MCP_CALL: Channel[McpCall] = Channel("mcp_call")

@@ -1,11 +1,12 @@
 """The gateway process's periodic maintenance jobs, started with the app and cancelled
 when it stops: the reservation sweep (:mod:`app.admission.reservations`), the budget lease
 sweep (:mod:`app.budgets.escrow`), the admission log's pruning (:mod:`app.db.commits`),
-the budgets' warning thresholds (:mod:`app.budgets.thresholds`, every second while the
-process has traffic) and retention (:mod:`app.retention`). Every job is safe
-to run in every process of every replica at once. A run that fails is reported and the
-job goes on: one fault-log line per outage when the database cannot be reached
-(:mod:`app.fault_log`), a traceback for anything else.
+the budgets' and tasks' warning thresholds (:mod:`app.budgets.thresholds`,
+:mod:`app.budgets.task_thresholds`, every second while the process has traffic) and
+retention (:mod:`app.retention`). Every job is safe to run in every process of every
+replica at once. A run that fails is reported and the job goes on: one fault-log line per
+outage when the database cannot be reached (:mod:`app.fault_log`), a traceback for
+anything else.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import asyncpg
 
 from app import events, retention
 from app.admission import reservations
-from app.budgets import escrow, thresholds, windows
+from app.budgets import escrow, task_thresholds, thresholds, windows
 from app.db import commits
 from app.db.errors import database_unreachable
 from app.fault_log import faults
@@ -61,6 +62,9 @@ def start(pool: asyncpg.Pool, settings: Settings) -> list[asyncio.Task[None]]:
     events.EXCHANGE_FINISHED.subscribe(thresholds.activity.touched)
     jobs.append(("budget threshold check", thresholds.CHECK_INTERVAL_S,
                  lambda: thresholds.check_if_active(pool, windows.now(settings.clock_offset_s)), False))
+    events.EXCHANGE_FINISHED.subscribe(task_thresholds.touched.add)
+    jobs.append(("task threshold check", thresholds.CHECK_INTERVAL_S,
+                 lambda: task_thresholds.check_touched(pool), False))
     if settings.retention_days is not None or settings.ledger_keep_per_conversation > 0:
         jobs.append(("retention", settings.retention_interval_s, lambda: retention.run(pool, settings), True))
     return [asyncio.create_task(every(name, interval, run, at_start=at_start), name=name)

@@ -12,7 +12,7 @@ place: :class:`app.guard.policy.Policy`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from decimal import Decimal
@@ -115,6 +115,9 @@ class Task:
     #: gateway note their next request carries (0: admission reads none).
     strikes: int = 0
     pending_notes: int = 0
+    #: Warning thresholds (percents of each limit; ``None``: the default, 50, 80, 95),
+    #: read by :mod:`app.budgets.task_thresholds` and the admin API, never by admission.
+    thresholds: Sequence[float] | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Task:

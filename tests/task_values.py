@@ -18,7 +18,7 @@ _NEW_ROW: dict[str, Any] = {
     "refused_requests": 0, "first_admitted_at": None, "metadata": {}, "cost_limit_usd": None,
     "cost_usd": Decimal(0), "reserved_usd": Decimal(0), "allowed_models": None,
     "cost_wait_s": None, "default_max_output_tokens": None, "unmetered_responses": 0, "budget_id": None,
-    "strikes": 0, "pending_notes": 0,
+    "strikes": 0, "pending_notes": 0, "thresholds": None,
     "created_at": datetime(2026, 1, 1, tzinfo=timezone.utc), "updated_at": datetime(2026, 1, 1, tzinfo=timezone.utc),
 }
 

@@ -24,6 +24,8 @@ from app.admin.auth import require_admin
 from app.admin.errors import AdminError, responses
 from app.admission.refusals import event_message, stop_message
 from app.admission.tokens import new_token, token_hash
+from app.budgets.thresholds import thresholds_of
+from app.db import sql
 from app.db import tasks as task_rows
 from app.db.bounds import INT8_MAX
 from app.db.pool import durable
@@ -43,7 +45,7 @@ _INSERT_COLUMNS = ("id", "token_hash", "request_limit", "max_duration_s", "token
                    "max_stalls", "stream_idle_timeout_s", "stream_first_event_timeout_s", "loop_guard",
                    "metadata", "cost_limit_usd", "allowed_models", "conversation_request_limit",
                    "conversation_tool_call_limit", "conversation_max_duration_s", "upstream_timeout_s",
-                   "cost_wait_s", "default_max_output_tokens", "budget_id")
+                   "cost_wait_s", "default_max_output_tokens", "budget_id", "thresholds")
 _INSERT = (f"INSERT INTO tasks ({', '.join(_INSERT_COLUMNS)})"
            f" VALUES ({', '.join(f'${i}' for i in range(1, len(_INSERT_COLUMNS) + 1))}) RETURNING *")
 _GET = "SELECT * FROM tasks WHERE id = $1"
@@ -64,7 +66,7 @@ _PATCHABLE = ("request_limit", "max_duration_s", "token_limit", "tool_call_limit
               "stream_idle_timeout_s", "stream_first_event_timeout_s", "loop_guard", "metadata",
               "cost_limit_usd", "allowed_models", "conversation_request_limit", "conversation_tool_call_limit",
               "conversation_max_duration_s", "upstream_timeout_s", "cost_wait_s",
-              "default_max_output_tokens")
+              "default_max_output_tokens", "thresholds")
 
 
 def _column_value(column: str, value: Any) -> Any:
@@ -84,6 +86,7 @@ def _task(row: Mapping[str, Any]) -> schemas.Task:
     d["total_tokens"] = d["input_tokens"] + d["output_tokens"]
     d["stop_message"] = stop_message(Task.from_row(row))
     d["budget"] = d.get("budget_id")
+    d["thresholds"] = list(thresholds_of(d.get("thresholds")))
     return schemas.Task.model_validate(d)
 
 
@@ -139,10 +142,15 @@ async def list_tasks(request: Request, status: Literal["active", "stopped"] | No
 
 @router.get("/tasks/{task_id}", response_model=schemas.Task, responses=responses(404))
 async def get_task(task_id: TaskIdPath, request: Request) -> schemas.Task:
-    row = await request.app.state.db.fetchrow(_GET, task_id)
-    if row is None:
-        raise _not_found(task_id)
-    return _task(row)
+    async with request.app.state.db.acquire() as conn:
+        row = await conn.fetchrow(_GET, task_id)
+        if row is None:
+            raise _not_found(task_id)
+        crossed = await conn.fetch(sql.statement("task_warnings_of"), task_id)
+    task = _task(row)
+    task.warnings = [schemas.TaskCrossing(limit=w["limit_name"], threshold=w["threshold"],
+                                          crossed_at=w["crossed_at"]) for w in crossed]
+    return task
 
 
 @router.patch("/tasks/{task_id}", response_model=schemas.Task, responses=responses(400, 404))
@@ -214,7 +222,7 @@ async def resume_task(task_id: TaskIdPath, body: schemas.ResumeRequest, request:
 async def task_events(task_id: TaskIdPath, request: Request, after: AfterSeq = 0,
                       limit: int = Query(500, ge=1, le=5000)) -> schemas.TaskEventList:
     """The task's durable history, oldest first: created, stopped, resumed,
-    limits_changed, loop_warning, stream_stalled, stream_truncated, upstream_*."""
+    limits_changed, task_warning, loop_warning, stream_stalled, stream_truncated, upstream_*."""
     async with request.app.state.db.acquire() as conn:
         if await conn.fetchrow(_GET, task_id) is None:
             raise _not_found(task_id)

@@ -61,6 +61,9 @@ else:
     WaitSeconds = seconds(le=3600)
     Dollars = finite_number(ge=0, le=1e9)
 
+#: A warning threshold: percent of a limit, above 0 and at most 100.
+WarningPercent = Annotated[float, Field(gt=0, le=100, allow_inf_nan=False, strict=True)]
+
 ToolName = Annotated[SafeText, StringConstraints(min_length=1, max_length=256)]
 #: A regular expression in Python ``re`` syntax (JSON Schema's ``regex`` format is ECMA-262).
 Pattern = Annotated[SafeText, StringConstraints(min_length=1, max_length=1000),
@@ -173,6 +176,16 @@ class TaskLimits(BaseModel):
         None, max_length=100,
         description="Model globs the task may use (e.g. [\"gpt-4.1*\"]); other models get 403 "
         "model_not_allowed, not counted. null: any model.")
+    thresholds: list[WarningPercent] | None = Field(
+        None, max_length=10, description="Warning thresholds: percents of request_limit, token_limit and "
+        "cost_limit_usd (above 0, at most 100, at most 10; repeated ones count once) whose crossing is announced "
+        "once per limit value (webhook task.threshold, a task_warning event; raising a limit re-arms them). "
+        "null: the default, 50, 80 and 95; []: none.")
+
+    @field_validator("thresholds")
+    @classmethod
+    def _distinct_thresholds(cls, v: list[float] | None) -> list[float] | None:
+        return sorted(set(v)) if v is not None else None
 
 
 class TaskCreate(TaskLimits):
@@ -253,10 +266,22 @@ class Task(BaseModel):
     pending_notes: int = Field(0, description="Conversations holding a gateway note their next request carries.")
     allowed_models: list[str] | None = None
     budget: str | None = Field(None, description="The budget the task draws from.")
+    thresholds: list[float] = Field(default_factory=lambda: [50.0, 80.0, 95.0], description="Warning "
+                                    "thresholds in force (percents of each limit).")
+    warnings: list[TaskCrossing] = Field(default_factory=list, description="Thresholds crossed at the limits' "
+                                         "current values (GET of one task only; empty in lists).")
     metadata: dict[str, Any]
     first_admitted_at: datetime | None
     created_at: datetime
     updated_at: datetime
+
+
+class TaskCrossing(BaseModel):
+    """A warning threshold the task crossed at its limit's current value."""
+
+    limit: str = Field(..., description="request_limit, token_limit or cost_limit_usd.")
+    threshold: float = Field(..., description="Percent of the limit.")
+    crossed_at: datetime
 
 
 class TaskCreated(Task):

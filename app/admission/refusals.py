@@ -117,6 +117,8 @@ def event_message(kind: str, reason: str | None, detail: Mapping[str, Any] | Non
     if kind == "cut_open_requests":
         return (f"The stop ({reason}) cut {d.get('cut')} open request(s) on {d.get('process')}, "
                 f"{d.get('seconds_since_stopped')} s after the latch (heard by {d.get('path')}).")
+    if kind == "task_warning":  # a warning threshold crossed (app.budgets.task_thresholds)
+        return str(d.get("message") or f"Task used {d.get('threshold')} % of its {reason}.")
     if kind == "upstream_timeout":
         return f"The upstream provider did not answer {d.get('endpoint')} in time."
     return kind.replace("_", " ").capitalize() + (f" ({reason})." if reason else ".")

@@ -108,6 +108,10 @@ def show_task(t: JsonObject) -> None:
         table.add_row("cost wait", f"{t['cost_wait_s']:g} s")
     if t.get("allowed_models") is not None:
         table.add_row("allowed models", ", ".join(t["allowed_models"]) or "none")
+    if "thresholds" in t:
+        crossed = ", ".join(f"{w['threshold']:g} % of {w['limit']}" for w in t.get("warnings") or [])
+        table.add_row("warnings", (", ".join(f"{x:g} %" for x in t["thresholds"]) or "none")
+                      + (f" (crossed: {crossed})" if crossed else ""))
     table.add_row("first request", str(t.get("first_admitted_at") or "-"))
     if t["status"] == "stopped":
         table.add_row("stop reason", str(t.get("stop_reason")))

@@ -85,6 +85,25 @@ def limits_body(**opts: Any) -> dict[str, Any]:
             if opts.get(o) is not None}
 
 
+_THRESHOLDS_HELP = ("Warning thresholds: percents of each limit, e.g. 50,80,95 (the default); 'none' for no "
+                    "warnings.")
+
+
+def thresholds_body(text: str | None) -> dict[str, Any]:
+    """``--thresholds``: "50,80,95" (percents), "none" (no warnings) or "default"."""
+    if text is None:
+        return {}
+    if text.strip().lower() in ("none", "off", ""):
+        return {"thresholds": []}
+    if text.strip().lower() == "default":
+        return {"thresholds": None}
+    try:
+        return {"thresholds": [float(t) for t in text.split(",")]}
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: give percents separated by commas, e.g. 50,80,95",
+                                 param_hint="--thresholds") from None
+
+
 def admin_command(fn: Callable[..., None]) -> Callable[..., None]:
     """Adds ``--url`` and ``--json``; turns :class:`AdminError` into a one-line error."""
     @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
@@ -127,11 +146,13 @@ def show(api: AdminClient, as_json: bool, task_id: str) -> None:
 @tasks.command()
 @click.option("--id", "task_id", default=None, help="Your id for the task (generated when absent).")
 @click.option("--budget", default=None, help="The budget the task draws from.")
+@click.option("--thresholds", default=None, help=_THRESHOLDS_HELP)
 @limit_options
 @admin_command
-def create(api: AdminClient, as_json: bool, task_id: str | None, budget: str | None, **limits: Any) -> None:
+def create(api: AdminClient, as_json: bool, task_id: str | None, budget: str | None, thresholds: str | None,
+           **limits: Any) -> None:
     """Create a task; prints its token (shown only now) and the lines to export."""
-    body = limits_body(**limits)
+    body = {**limits_body(**limits), **thresholds_body(thresholds)}
     if task_id:
         body["id"] = task_id
     if budget:
@@ -147,13 +168,14 @@ def create(api: AdminClient, as_json: bool, task_id: str | None, budget: str | N
 
 @tasks.command()
 @click.argument("task_id")
+@click.option("--thresholds", default=None, help=_THRESHOLDS_HELP + " 'default' restores 50,80,95.")
 @update_limit_options
 @admin_command
-def update(api: AdminClient, as_json: bool, task_id: str, **limits: Any) -> None:
-    """Change limits ('none' removes one). Never clears a stop: use resume."""
-    body = limits_body(**limits)
+def update(api: AdminClient, as_json: bool, task_id: str, thresholds: str | None, **limits: Any) -> None:
+    """Change limits ('none' removes one) or warning thresholds. Never clears a stop: use resume."""
+    body = {**limits_body(**limits), **thresholds_body(thresholds)}
     if not body:
-        raise click.UsageError("give at least one limit to change")
+        raise click.UsageError("give at least one limit or --thresholds to change")
     task = api.update(task_id, body)
     render.print_json(task) if as_json else render.show_task(task)
 

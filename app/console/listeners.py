@@ -19,7 +19,9 @@ lines and the stop webhook. :func:`subscribe` is called once by
   ``taskgate_budget_spent_usd{budget}`` and the stop webhook's ``budget.exhausted``
   (once per budget window);
 - budget threshold: a warning line and the webhook's ``budget.threshold`` (once per
-  budget, window, limit and threshold); budget usage: ``taskgate_budget_used_fraction``.
+  budget, window, limit and threshold); budget usage: ``taskgate_budget_used_fraction``;
+  task threshold: a warning line, ``taskgate_task_warnings_total`` and the webhook's
+  ``task.threshold`` (no per-task gauge: task ids are unbounded).
 """
 
 from __future__ import annotations
@@ -119,6 +121,13 @@ def budget_usage(event: events.BudgetUsage) -> None:
     metrics.BUDGET_USED.labels(event.budget_id, event.limit).set(event.fraction)
 
 
+def task_threshold(event: events.TaskThreshold) -> None:
+    """A warning line, ``taskgate_task_warnings_total`` and the webhook's ``task.threshold``."""
+    logger.warning("%s", event.message, extra={"task_id": event.task_id, "reason": event.limit})
+    metrics.TASK_WARNINGS.labels(event.limit, metrics.threshold_label(event.threshold)).inc()
+    webhook.schedule_task_threshold(event)
+
+
 def mcp_call(event: events.McpCall) -> None:
     """``taskgate_mcp_calls_total`` and one log line per MCP tool call."""
     metrics.MCP_CALLS.labels(event.server, metrics.mcp_tool_label(event.server, event.tool), event.outcome).inc()
@@ -142,6 +151,7 @@ def subscribe() -> None:
     events.BUDGET_EXHAUSTED.subscribe(budget_exhausted)
     events.BUDGET_THRESHOLD.subscribe(budget_threshold)
     events.BUDGET_USAGE.subscribe(budget_usage)
+    events.TASK_THRESHOLD.subscribe(task_threshold)
     events.COST_SETTLED.subscribe(cost_settled)
     events.COST_HELD.subscribe(cost_held)
     events.MCP_CALL.subscribe(mcp_call)

@@ -138,8 +138,18 @@ BUDGET_USED = Gauge("taskgate_budget_used_fraction", "Fraction of a budget's lim
                     multiprocess_mode="mostrecent")
 BUDGET_REFUSALS = Counter("taskgate_budget_refusals", "Requests refused with 403 budget_exhausted, by budget.",
                           ["budget"])
+#: Per limit and threshold (an integer percent, 0-100: at most 303 series), never per task:
+#: task ids are unbounded, so a task's fraction used is in the admin API, not a gauge.
+TASK_WARNINGS = Counter("taskgate_task_warnings", "Task warning thresholds crossed (announced once across "
+                        "processes, app.budgets.task_thresholds), by limit and threshold percent.",
+                        ["limit", "threshold"])
 WEBHOOK_DELIVERIES = Counter("taskgate_webhook_deliveries", "Stop webhook deliveries by result "
                              "(delivered, failed).", ["result"])
+
+
+def threshold_label(threshold: float) -> str:
+    """A threshold (percent) as a bounded label: its whole percent, 0 to 100."""
+    return str(min(100, max(0, int(threshold))))
 
 
 @functools.cache

@@ -2,7 +2,9 @@
 a budget runs out (``budget.exhausted``, :func:`budget_payload`: once per budget window,
 across processes, decided in admission), or reaches a warning threshold
 (``budget.threshold``, :func:`threshold_payload`: once per budget, window, limit and
-threshold, across processes; :mod:`app.budgets.thresholds`).
+threshold, across processes; :mod:`app.budgets.thresholds`), and a task reaches one
+(``task.threshold``, :func:`task_threshold_payload`: once per task, limit value and
+threshold, across processes; :mod:`app.budgets.task_thresholds`).
 
 :func:`schedule` is called where the latch is set, inside its transaction. Delivery
 runs off the request path in a background task that first waits until the
@@ -115,6 +117,24 @@ def threshold_payload(event: events.BudgetThreshold) -> dict[str, Any]:
     }
 
 
+def task_threshold_payload(event: events.TaskThreshold) -> dict[str, Any]:
+    """The JSON document for a task's threshold crossed (``text``: a Slack message too):
+    the task, the limit and its value, what was spent and held (requests, tokens or US
+    dollars, as numbers), the fraction used and the sentence."""
+    return {
+        "text": slack_escape(f"taskgate: {event.message}"),
+        "event": "task.threshold",
+        "task_id": event.task_id,
+        "limit": event.limit,
+        "threshold": event.threshold,
+        "limit_value": event.limit_value,
+        "spent": event.spent,
+        "held": event.held,
+        "fraction": event.fraction,
+        "message": event.message,
+    }
+
+
 class StopWebhook:
     """Delivers stop announcements for one gateway process."""
 
@@ -149,6 +169,13 @@ class StopWebhook:
         payload = budget_payload(event) if isinstance(event, events.BudgetExhausted) else threshold_payload(event)
         body = json.dumps(payload, default=_number).encode()
         task = asyncio.get_running_loop().create_task(self._post(body, f"budget {event.budget_id}", {}))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    def schedule_task_threshold(self, event: events.TaskThreshold) -> None:
+        body = json.dumps(task_threshold_payload(event), default=_number).encode()
+        task = asyncio.get_running_loop().create_task(
+            self._post(body, f"task {event.task_id}", {"task_id": event.task_id}))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 
@@ -202,6 +229,12 @@ def schedule_threshold(event: events.BudgetThreshold) -> None:
     """Announce a threshold crossed (committed, once across processes; no-op without a URL)."""
     if _active is not None:
         _active.schedule_budget(event)
+
+
+def schedule_task_threshold(event: events.TaskThreshold) -> None:
+    """Announce a task's threshold crossed (committed, once across processes; no-op without a URL)."""
+    if _active is not None:
+        _active.schedule_task_threshold(event)
 
 
 def _number(value: Any) -> Any:

@@ -82,6 +82,8 @@ tasks = Table(
     # holding a gateway note their next request carries
     Column("strikes", Integer, nullable=False, server_default=text("0")),
     Column("pending_notes", Integer, nullable=False, server_default=text("0")),
+    # warning thresholds (migration 0022): percents of each limit; NULL: 50, 80, 95
+    Column("thresholds", ARRAY(Float)),
 )
 
 #: Durable history of a task: created, stopped, resumed, limits_changed,
@@ -292,6 +294,19 @@ budget_warnings = Table(
     Column("budget_id", Text, ForeignKey("budgets.id", ondelete="CASCADE"), primary_key=True),
     Column("window_start", DateTime(timezone=True), primary_key=True),
     Column("limit_name", Text, primary_key=True),
+    Column("threshold", Float, primary_key=True),
+    Column("crossed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+#: Warning thresholds a task crossed (migration 0022): one row per task, limit, limit value
+#: and threshold (raising a limit re-arms), inserted ON CONFLICT DO NOTHING by whichever
+#: process sees the crossing first.
+task_warnings = Table(
+    "task_warnings",
+    metadata,
+    Column("task_id", Text, ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True),
+    Column("limit_name", Text, primary_key=True),
+    Column("limit_value", Numeric(20, 10), primary_key=True),
     Column("threshold", Float, primary_key=True),
     Column("crossed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )

@@ -22,6 +22,25 @@ function detailWords(detail) {
     h("li", {}, h("span", { class: "muted" }, k.replace(/_/g, " ") + ": "), words(v))));
 }
 
+const WARNED_LIMITS = { request_limit: "requests", token_limit: "tokens", cost_limit_usd: "dollars" };
+
+/** The warning thresholds the task crossed at its limits' current values, lowest share
+ * first: "80 % of requests". Pure: a task as GET /admin/tasks/{id} returns it. */
+export function taskWarnings(t) {
+  return (t.warnings || []).slice().sort((x, y) => x.threshold - y.threshold)
+    .map((w) => `${w.threshold} % of ${WARNED_LIMITS[w.limit] || w.limit}`);
+}
+
+/** A badge with the highest threshold crossed (all of them and those in force in its
+ * title), or null when none was. */
+function warningBadge(t) {
+  const warned = taskWarnings(t);
+  if (!warned.length) return null;
+  const inForce = (t.thresholds || []).map((x) => `${x} %`).join(", ") || "none";
+  return h("span", { class: "badge refused", id: "task-warning", "data-state": "warned",
+    title: `crossed: ${warned.join("; ")} (thresholds ${inForce})` }, warned[warned.length - 1]);
+}
+
 function limitsForm(ctx, t) {
   const inputs = {};
   const msg = h("span", { class: "muted", id: "limits-msg" });
@@ -122,7 +141,7 @@ export async function taskView(ctx, id) {
     "none yet: the loop guard has seen no tool call of this task");
   show(ctx.main,
     h("p", {}, h("a", { href: "#/tasks" }, "← all tasks")),
-    h("div", { class: "card" }, h("h2", { id: "task-title" }, t.id, " ", badge(t.status)),
+    h("div", { class: "card" }, h("h2", { id: "task-title" }, t.id, " ", badge(t.status), " ", warningBadge(t)),
       t.budget ? h("p", { id: "task-budget" }, "draws from budget ", budgetLink(t.budget)) : null,
       t.strikes ? h("p", { id: "task-strikes", class: "muted" }, `${t.strikes} strike${t.strikes === 1 ? "" : "s"}: ` +
         "answers the loop guard cut or withheld, the model told in-band; a second in one conversation stops the task " +
