@@ -26,9 +26,11 @@ from app.admin.auth import require_admin
 from app.admin.errors import AdminError, responses
 from app.admin.routes import AfterSeq
 from app.admission.tokens import token_hash
-from app.budgets import escrow, pause, rates, thresholds, windows
 from app.budgets import keys as budget_keys
+from app.budgets import pause, rates, thresholds, windows
+from app.db import sql
 from app.db.pool import durable
+from app.db.sql import assemble
 
 router = APIRouter(prefix="/admin", tags=["budgets"], dependencies=[Depends(require_admin)])
 
@@ -37,34 +39,27 @@ KeyIdPath = Annotated[str, Path(pattern=schemas.KEY_ID_PATTERN, description="The
 
 _COLUMNS = ("id", "parent_id", "depth", "request_limit", "token_limit", "cost_limit_usd", "window", "timezone",
             "metadata", "thresholds", "model_limits", "requests_per_minute", "tokens_per_minute")
-_INSERT = ("INSERT INTO budgets (id, parent_id, depth, request_limit, token_limit, cost_limit_usd, \"window\","
-           " timezone, metadata, thresholds, model_limits, requests_per_minute, tokens_per_minute)"
-           " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING *")
-_GET = "SELECT * FROM budgets WHERE id = $1"
-_LIST = ("SELECT * FROM budgets WHERE ($1::text IS NULL OR parent_id = $1) AND ($2::text IS NULL OR id > $2)"
-         " ORDER BY id LIMIT $3")
-_CURRENT = (f"SELECT w.*, {escrow.LEASE_SPENT} AS lease_spent FROM budget_windows w"
-            " JOIN unnest($1::text[], $2::timestamptz[]) AS k(b, s) ON w.budget_id = k.b AND w.window_start = k.s")
-_HISTORY = (f"SELECT w.*, {escrow.LEASE_SPENT} AS lease_spent FROM budget_windows w"
-            " WHERE budget_id = $1 AND window_start < $2 ORDER BY window_start DESC LIMIT 12")
-_TASKS = "SELECT count(*) FROM tasks WHERE budget_id = $1"
-_CHILDREN = "SELECT id FROM budgets WHERE parent_id = $1 ORDER BY id LIMIT 1000"
+_INSERT = sql.statement("admin_budget_insert")
+_GET = sql.statement("admin_budget_get")
+_LIST = sql.statement("admin_budget_list")
+_CURRENT = sql.statement("admin_budget_current_windows")
+_HISTORY = sql.statement("admin_budget_past_windows")
+_TASKS = sql.statement("admin_budget_tasks")
+_CHILDREN = sql.statement("admin_budget_children")
 _PATCHABLE = ("request_limit", "token_limit", "cost_limit_usd", "metadata", "thresholds", "model_limits",
               "requests_per_minute", "tokens_per_minute")
 #: Each glob's spend in the windows ``$2`` of the budgets ``$1``.
-_MODELS = ("SELECT m.* FROM budget_model_windows m JOIN unnest($1::text[], $2::timestamptz[]) AS k(b, s)"
-           " ON m.budget_id = k.b AND m.window_start = k.s ORDER BY m.model")
+_MODELS = sql.statement("admin_budget_models")
 #: Thresholds crossed in the windows ``$2`` of the budgets ``$1``, and in a budget's past windows.
-_WARNINGS = ("SELECT x.* FROM budget_warnings x JOIN unnest($1::text[], $2::timestamptz[]) AS k(b, s)"
-             " ON x.budget_id = k.b AND x.window_start = k.s ORDER BY x.crossed_at, x.threshold")
-_PAST_WARNINGS = ("SELECT * FROM budget_warnings WHERE budget_id = $1 AND window_start < $2"
-                  " ORDER BY crossed_at, threshold")
-_KEYS = "SELECT * FROM budget_keys WHERE budget_id = $1 ORDER BY created_at, id"
-_NEW_KEY = ("INSERT INTO budget_keys (id, budget_id, key_hash, template, metadata) VALUES ($1, $2, $3, $4, $5)"
-            " RETURNING *")
-_EVENTS = "SELECT * FROM budget_events WHERE budget_id = $1 AND id > $2 ORDER BY id LIMIT $3"
-_REVOKE = ("UPDATE budget_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1 AND budget_id = $2"
-           " RETURNING id")
+_WARNINGS = sql.statement("admin_budget_warnings")
+_PAST_WARNINGS = sql.statement("admin_budget_past_warnings")
+_KEYS = sql.statement("admin_budget_keys")
+_NEW_KEY = sql.statement("admin_budget_new_key")
+_EVENTS = sql.statement("admin_budget_events")
+_REVOKE = sql.statement("admin_budget_revoke")
+_PARENT_DEPTH = sql.statement("admin_budget_depth")
+_LOCK = sql.statement("admin_budget_lock")
+_DELETE = sql.statement("admin_budget_delete")
 
 
 def _not_found(budget_id: str, param: str = "budget_id") -> AdminError:
@@ -165,7 +160,7 @@ async def create_budget(body: schemas.BudgetCreate, request: Request) -> schemas
     async with request.app.state.db.acquire() as conn, conn.transaction():
         await durable(conn)
         if body.parent is not None:
-            depth = await conn.fetchval("SELECT depth FROM budgets WHERE id = $1 FOR SHARE", body.parent)
+            depth = await conn.fetchval(_PARENT_DEPTH, body.parent)
             if depth is None:
                 raise _not_found(body.parent, "parent")
             if depth >= schemas.MAX_DEPTH:
@@ -219,15 +214,14 @@ async def update_budget(budget_id: BudgetIdPath, body: schemas.BudgetPatch, requ
     if "model_limits" in changes:
         changes["model_limits"] = _model_limits(changes["model_limits"])
     async with request.app.state.db.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(_GET + " FOR UPDATE", budget_id)
+        row = await conn.fetchrow(_LOCK, budget_id)
         if row is None:
             raise _not_found(budget_id)
         if changes:
             await durable(conn)
             columns = list(changes)  # names from _PATCHABLE only
-            sets = ", ".join(f"{name} = ${i}" for i, name in enumerate(columns, start=2))
-            row = await conn.fetchrow(f"UPDATE budgets SET {sets}, updated_at = now() WHERE id = $1 RETURNING *",
-                                      budget_id, *(changes[c] for c in columns))
+            patch = assemble.fill("admin_budget_patch", sets=assemble.assignments(columns, _PATCHABLE))
+            row = await conn.fetchrow(patch, budget_id, *(changes[c] for c in columns))
         return (await _budgets(conn, [row], _now(request), detail=True))[0]
 
 
@@ -238,7 +232,7 @@ async def delete_budget(budget_id: BudgetIdPath, request: Request) -> Response:
     try:
         async with request.app.state.db.acquire() as conn, conn.transaction():
             await durable(conn)
-            result = await conn.execute("DELETE FROM budgets WHERE id = $1", budget_id)
+            result = await conn.execute(_DELETE, budget_id)
     except (asyncpg.ForeignKeyViolationError, asyncpg.RestrictViolationError):
         raise AdminError(409, "budget_not_empty", f"Budget '{budget_id}' still has tasks or nested budgets; "
                          "delete them first.") from None

@@ -16,6 +16,7 @@ from app.admin.errors import AdminError, responses
 from app.admin.routes import TaskIdPath
 from app.admin.routes import router as admin_routes
 from app.admission import reservations
+from app.db import sql
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=admin_routes.dependencies)
 
@@ -37,10 +38,10 @@ async def release_reservations(task_id: TaskIdPath, request: Request) -> Release
     still in flight in a live gateway before their deadline are kept. The dollars are
     released, not charged."""
     pool = request.app.state.db
-    if await pool.fetchval("SELECT 1 FROM tasks WHERE id = $1", task_id) is None:
+    if await pool.fetchval(sql.statement("task_exists"), task_id) is None:
         raise AdminError(404, "task_not_found", f"No task with id '{task_id}'.", "task_id")
     released = await reservations.release_task(pool, task_id)
-    reserved = await pool.fetchval("SELECT reserved_usd FROM tasks WHERE id = $1", task_id)
+    reserved = await pool.fetchval(sql.statement("admin_task_reserved"), task_id)
     return ReleasedReservations(task_id=task_id, released=released.reservations,
                                 released_usd=str(released.usd), reserved_usd=str(reserved or 0))
 

@@ -31,6 +31,8 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from app.admin.errors import AdminError, responses
+from app.db import sql
+from app.db.sql import assemble
 
 router = APIRouter()
 
@@ -50,15 +52,9 @@ GROUP_BY = ("^[ \\t\\r\\n]*((budget|task|run|model|day)[ \\t\\r\\n]*"
             "(,[ \\t\\r\\n]*(budget|task|run|model|day)[ \\t\\r\\n]*)*)?$")
 _BLANK = " \t\r\n"
 METRICS = ("requests", "input_tokens", "output_tokens", "total_tokens", "cost_usd")
-#: Each budget with itself and its ancestors (``rollup``): a budget's row holds its nested budgets'.
-_CHAIN = """chain(budget_id, rollup) AS (
-  SELECT id, id FROM budgets
-  UNION ALL
-  SELECT c.budget_id, b.parent_id FROM chain c JOIN budgets b ON b.id = c.rollup WHERE b.parent_id IS NOT NULL)"""
-_SUMS = ("coalesce(sum(s.requests), 0)::bigint AS requests, coalesce(sum(s.input_tokens), 0)::bigint AS input_tokens,"
-         " coalesce(sum(s.output_tokens), 0)::bigint AS output_tokens,"
-         " coalesce(sum(s.cost_usd), 0)::numeric(30, 10) AS cost_usd")
-_TOTAL = f"SELECT {_SUMS} FROM spend_daily s WHERE s.day BETWEEN $1 AND $2"
+#: The joins a key needs (the statement's text: app/db/sql/admin.sql, ``spend_page``).
+_JOINS = {"budget": " LEFT JOIN chain c ON c.budget_id = s.budget_id", "run": " LEFT JOIN tasks t ON t.id = s.task_id"}
+_TOTAL = sql.statement("spend_total")
 
 
 class SpendPage(BaseModel):
@@ -130,15 +126,13 @@ def keys_of(text: str) -> list[str]:
 
 def query(keys: list[str]) -> str:
     """The page's statement (``$1``, ``$2`` the days, ``$3`` limit, ``$4`` offset) for
-    ``keys`` (checked by :func:`keys_of`)."""
-    columns = [f"{KEYS[k]} AS {k}" for k in keys]
-    joins = (" LEFT JOIN chain c ON c.budget_id = s.budget_id" if "budget" in keys else "") + (
-        " LEFT JOIN tasks t ON t.id = s.task_id" if "run" in keys else "")
+    ``keys`` (checked by :func:`keys_of`): ``spend_page`` in app/db/sql/admin.sql filled
+    in (:mod:`app.db.sql.assemble`: 325 orderings of the five keys, each its own joins)."""
+    joins = "".join(join for key, join in _JOINS.items() if key in keys)
     group = (" GROUP BY " + ", ".join(KEYS[k] for k in keys)
              + " ORDER BY " + ", ".join(f"{KEYS[k]} NULLS FIRST" for k in keys)) if keys else ""
-    return (("WITH RECURSIVE " + _CHAIN + " " if "budget" in keys else "")
-            + f"SELECT {', '.join([*columns, _SUMS])} FROM spend_daily s{joins}"
-            + f" WHERE s.day BETWEEN $1 AND $2{group} LIMIT $3 OFFSET $4")
+    return assemble.fill("spend_page", keys="".join(f"{KEYS[k]} AS {k}, " for k in keys), joins=joins, group=group,
+                         **{"with": sql.statement("spend_chain") + " " if "budget" in keys else ""})
 
 
 def _row(record: Any, keys: list[str]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, BeforeValidator, Field
 from app.admin import schemas
 from app.admin.errors import AdminError, responses
 from app.admission.refusals import stop_message
+from app.db import sql
 from app.db.bounds import INT8_MAX
 from app.task import Task
 
@@ -42,36 +43,14 @@ FIT_LOOKBACK = timedelta(days=7)
 #: A fitted period spans at least this long (a first request a second ago is not a 1 s chart).
 FIT_MIN = timedelta(minutes=1)
 
-_SERIES = """
-SELECT floor(extract(epoch FROM finished_at - $1) / $3)::int AS bucket, coalesce(model, '') AS model,
-       count(*) AS requests, sum(input_tokens + output_tokens) AS tokens, coalesce(sum(cost_usd), 0) AS cost
-FROM request_log WHERE finished_at >= $1 AND finished_at < $2 GROUP BY 1, 2
-"""
-_STOPS = """
-SELECT floor(extract(epoch FROM created_at - $1) / $3)::int AS bucket, coalesce(reason, '') AS reason,
-       count(*) AS stops
-FROM task_events WHERE kind = 'stopped' AND created_at >= $1 AND created_at < $2 GROUP BY 1, 2
-"""
+_SERIES = sql.statement("stats_series")
+_STOPS = sql.statement("stats_stops")
 #: Both top lists from one pass over the period's rows.
-_TOP = """
-WITH per_task AS (
-  SELECT task_id, count(*) AS requests, sum(input_tokens + output_tokens) AS tokens,
-         coalesce(sum(cost_usd), 0) AS cost
-  FROM request_log WHERE finished_at >= $1 AND finished_at < $2 GROUP BY task_id)
-(SELECT 'cost' AS list, * FROM per_task ORDER BY cost DESC, requests DESC, task_id LIMIT $3)
-UNION ALL
-(SELECT 'requests' AS list, * FROM per_task ORDER BY requests DESC, cost DESC, task_id LIMIT $3)
-"""
+_TOP = sql.statement("stats_top")
 #: The period's first request or stop (``least`` skips a NULL); both read one index.
-_FIRST = """
-SELECT least((SELECT min(finished_at) FROM request_log WHERE finished_at >= $1 AND finished_at < $2),
-             (SELECT min(created_at) FROM task_events WHERE kind = 'stopped' AND created_at >= $1 AND created_at < $2))
-"""
-_STOPPED = ("SELECT * FROM tasks WHERE stopped_at >= $1 AND stopped_at < $2"
-            " ORDER BY stopped_at DESC LIMIT $3")
-_REQUESTS = ("SELECT id, finished_at, endpoint, model, provider, status, outcome, stream, input_tokens,"
-             " output_tokens, cost_usd, duration_ms, request_id FROM request_log"
-             " WHERE task_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3")
+_FIRST = sql.statement("stats_first")
+_STOPPED = sql.statement("stats_stopped")
+_REQUESTS = sql.statement("stats_requests")
 
 
 class TaskTotal(BaseModel):
@@ -259,7 +238,7 @@ async def task_requests(request: Request,
     """The task's relayed requests from the request log, newest first: time, endpoint,
     model, status, outcome, tokens, dollars, duration and request id."""
     async with request.app.state.db.acquire() as conn:
-        if await conn.fetchval("SELECT 1 FROM tasks WHERE id = $1", task_id) is None:
+        if await conn.fetchval(sql.statement("task_exists"), task_id) is None:
             raise AdminError(404, "task_not_found", f"No task with id '{task_id}'.", "task_id")
         rows = await conn.fetch(_REQUESTS, task_id, before, limit + 1)
     page = [RequestRow.model_validate({**dict(r), "cost_usd": None if r["cost_usd"] is None

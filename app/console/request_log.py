@@ -23,6 +23,7 @@ import asyncpg
 from prometheus_client import Counter
 
 from app import events
+from app.db import sql
 from app.db.pool import relaxed
 
 logger = logging.getLogger("app.console")
@@ -39,20 +40,8 @@ DROPPED = Counter("taskgate_request_log_dropped", "Request log rows dropped (buf
 Row = tuple[str, datetime, str, str | None, str | None, int | None, str, bool, int, int, Decimal | None,
             float, str | None]
 
-_INSERT = """
-INSERT INTO request_log (task_id, finished_at, endpoint, model, provider, status, outcome, stream,
-                         input_tokens, output_tokens, cost_usd, duration_ms, request_id)
-SELECT r.* FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::int[],
-                       $7::text[], $8::bool[], $9::bigint[], $10::bigint[], $11::numeric[],
-                       $12::float8[], $13::text[])
-       AS r(task_id, finished_at, endpoint, model, provider, status, outcome, stream, input_tokens,
-            output_tokens, cost_usd, duration_ms, request_id)
-WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.id = r.task_id)
-"""
-_PURGE = """
-DELETE FROM request_log WHERE id IN (
-  SELECT id FROM request_log WHERE finished_at < now() - make_interval(secs => $1) LIMIT $2)
-"""
+_INSERT = sql.statement("request_log_insert")
+_PURGE = sql.statement("request_log_purge")
 
 _buffer: deque[Row] = deque(maxlen=BUFFER_ROWS)
 _enabled = False
