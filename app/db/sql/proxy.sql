@@ -5,7 +5,9 @@
 SELECT 1 FROM tasks WHERE token_hash = $1;
 
 -- name: proxy_stopped_tasks
-SELECT * FROM tasks WHERE id = ANY($1::text[]) AND status <> 'active' AND coalesce(stop_reason, '') <> ALL($2::text[]);
+-- Of the tasks $1, those stopped for a reason not in $2 (app.proxy.stop_watch.NOT_CUT).
+SELECT * FROM tasks WHERE id = ANY($1::text[]) AND status <> 'active'
+   AND coalesce(stop_reason, '') <> ALL($2::text[]);
 
 -- name: proxy_count_unmetered
 -- A 2xx answer without usage, counted in its own relaxed transaction (app.db.pool.RELAXED_COMMIT).
