@@ -15,11 +15,17 @@ Every admitted POST runs one PostgreSQL transaction that holds the task's row lo
   one autocommit statement instead: the detector judges the predicted window first and
   the statement checks the prediction under the row lock (:mod:`app.admission.known_turn`).
 - **Locked path** (the fast path refused, or the task has a dollar ceiling or
-  ``allowed_models``, or the agent-turn path left it): ``SELECT ... FOR UPDATE``, then the
+  ``allowed_models``, or the agent-turn path left it): ``SELECT ... FOR UPDATE``, which
+  also returns the admission rule on the row (``taskgate_admissible(t)``), then the
   pricing checks (:func:`charge_refusal`: not counted, no latch), then the loop guard
-  records the results and judges the conversation, then the limits are checked in Python
-  (:func:`limit_breach`), and a breach sets the durable stop latch in the same
-  transaction. With a ``cost_limit_usd`` the request's worst-case cost is added to
+  records the results and judges the conversation, then the rule decides: a refusal sets
+  the durable stop latch in the same transaction, :func:`limit_breach` only naming the
+  limit and its numbers. The rule's dollar clause needs the request's worst case, known
+  only once the row is read (its output default, the conversation's anchor): the dollar
+  ceiling (:func:`app.admission.ceiling.decide`, the same comparison) latches on it, and
+  the statement that counts the request asks ``taskgate_admissible(t, dollars)`` again
+  (no row: :class:`RuleMismatch`, rolled back), so the function decides with no round
+  trip added. With a ``cost_limit_usd`` the request's worst-case cost is added to
   ``reserved_usd`` in the same statement that counts it, so N concurrent requests never
   reserve past the ceiling (settled in :mod:`app.proxy.accounting`). A request that
   would fit once the reservations in flight settle is *held*
@@ -57,6 +63,7 @@ import asyncio
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any, NoReturn
@@ -74,6 +81,7 @@ from app.admission.outcomes import Exhausted as _Exhausted
 from app.admission.outcomes import Held as _Held
 from app.admission.outcomes import NeedsHistory as _NeedsHistory
 from app.admission.refusals import count_refusal, log_refusal, stop_refusal
+from app.admission.request import AdmissionRequest
 from app.budgets import ledger as budget_ledger
 from app.budgets import room, windows
 from app.budgets.rules import budget_exhausted, budget_reserved
@@ -95,19 +103,46 @@ logger = logging.getLogger(__name__)
 #: The fast path: one statement, its own transaction (app/db/sql/admission.sql).
 FAST_ADMIT = sql.statement("admission_fast")
 _READ_TASK = sql.statement("task_by_id")
-#: The locked path's count (app/db/sql/admission.sql).
+#: The locked path's lock, with the admission rule's verdict on the row, and its count,
+#: which asks the rule with the request's dollars (app/db/sql/admission.sql).
+_LOCK_BY_ID = sql.statement("admission_lock_by_id")
+_LOCK_BY_TOKEN = sql.statement("admission_lock_by_token")
 _COUNT = sql.statement("admission_count")
+
+
+class RuleMismatch(RuntimeError):
+    """The admission rule (``taskgate_admissible``) and its explanation
+    (:func:`limit_breach`) or the dollar ceiling (:mod:`app.admission.ceiling`) disagree
+    on a locked row: a bug (``tests/test_admission_rule.py`` keeps them in step). Raised
+    in the admission transaction, which rolls back: nothing counted, no latch (500)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """The admission rule on the locked path's row: ``admissible``, the lock statement's
+    ``taskgate_admissible(t)`` and the dollar ceiling's not :data:`~ceiling.Decision.LATCH`
+    at ``reservation_usd`` (the rule's dollar clause: ``admission_count`` asks the
+    function with them); ``now``, the transaction's clock the rule read."""
+
+    admissible: bool
+    now: datetime
+    reservation_usd: Decimal
 
 
 async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
                 guard: GuardRequest | None = None, charge: Charge | None = None,
                 conversation_key: str = "", request_id: str | None = None,
                 task_id: str | None = None) -> Admitted:
-    """Reserve one request for the task whose token hashes to ``token_hash`` (or, for
-    the task of a budget key's run, whose id is ``task_id``).
+    """:func:`admit_request` of the :class:`AdmissionRequest` these arguments make
+    (``charge`` ``None``: ``Charge(None)``, unpriced); the same result and errors."""
+    return await admit_request(pool, AdmissionRequest(token_hash, task_id, guard, charge or Charge(None),
+                                                      conversation_key, request_id), settings)
 
-    ``conversation_key`` is the request's conversation (per-conversation ceilings);
-    ``request_id`` goes into the events this admission records (a latch, a warning).
+
+async def admit_request(pool: asyncpg.Pool, request: AdmissionRequest, settings: Settings) -> Admitted:
+    """Reserve one request for the task whose token hashes to ``request.token_hash`` (or,
+    for the task of a budget key's run, whose id is ``request.task_id``).
+
     Emits :data:`app.events.ADMISSION_DONE` with each attempt's duration and, for a
     request the dollar ceiling held, :data:`app.events.COST_HELD` with how it ended.
 
@@ -131,15 +166,14 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
     voids = 0
     while True:
         try:
-            admitted = await _attempt(pool, token_hash, settings, guard, charge, conversation_key, request_id,
-                                     task_id)
+            admitted = await _attempt(pool, request, settings)
         except reconcile.Void:
             voids += 1
             if voids >= reconcile.VOID_ATTEMPTS:
                 raise unavailable() from None
             continue
         except _NeedsHistory:
-            assert charge is not None  # hashed off the row lock and the event loop, then decided again
+            charge = request.charge  # hashed off the row lock and the event loop, then decided again
             await asyncio.to_thread(lambda: charge.history)
             continue
         except _Held as held:
@@ -164,9 +198,7 @@ async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
         return admitted
 
 
-async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guard: GuardRequest | None,
-                   charge: Charge | None, conversation_key: str, request_id: str | None,
-                   task_id: str | None) -> Admitted:
+async def _attempt(pool: asyncpg.Pool, request: AdmissionRequest, settings: Settings) -> Admitted:
     """One admission transaction (:func:`admit`) under a new admission key; raises
     :class:`_Held` when held, :class:`reconcile.Void` when its outcome was unknown and nothing
     landed."""
@@ -180,29 +212,27 @@ async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guar
                     sent = True  # from here on a statement may have committed
                     global_ceiling = (settings.conversation_request_limit is not None
                                       or settings.conversation_max_duration_s is not None)
-                    fast = guard is None and not global_ceiling
-                    hint = budget_ledger.budgeted(task_id or token_hash)  # None: not seen yet
-                    if fast and task_id is None and hint is False:
-                        row = await conn.fetchrow(FAST_ADMIT, token_hash, admission_key, request_id)  # own transaction
+                    fast = request.guard is None and not global_ceiling
+                    hint = budget_ledger.budgeted(request.who)  # None: not seen yet
+                    if fast and request.task_id is None and hint is False:
+                        row = await conn.fetchrow(FAST_ADMIT, request.token_hash, admission_key,
+                                                  request.request_id)  # its own transaction
                         if row is not None:
                             task = Task.from_row(row)
                             return Admitted(task, Policy(task, settings), key=admission_key)
-                    key = guard.conversation_key if guard is not None else conversation_key
                     with budget_ledger.lease_slot() as holder:
                         now = windows.now(settings.clock_offset_s)
                         if fast and hint is not False and (  # one statement: a budget's escrow lease pays
-                                leased := await budget_ledger.fast_admit(conn, holder, now, token_hash, task_id,
-                                                                         admission_key, request_id)):
+                                leased := await budget_ledger.fast_admit(conn, holder, now, request.token_hash,
+                                                                         request.task_id, admission_key,
+                                                                         request.request_id)):
                             return Admitted(task := Task.from_row(leased[0]), Policy(task, settings),
                                             budget_windows=leased[1], key=admission_key,
                                             budget_room=room.of_fast_row(leased[0]))
                         while True:
                             try:
-                                admitted = await _admit_locked(conn, holder, token_hash, settings, guard,
-                                                               charge or Charge(None), key, request_id, task_id,
-                                                               admission_key)
-                                budget_ledger.remember(task_id or token_hash, [k[0] for k in admitted.budget_windows])
-                                admitted.key = admission_key
+                                admitted = await _admit_locked(conn, holder, request, settings, admission_key)
+                                budget_ledger.remember(request.who, [k[0] for k in admitted.budget_windows])
                                 return admitted
                             except budget_ledger.NeedsLease as need:  # rolled back: take a slice, admit again
                                 if (taken := await budget_ledger.take(conn, need, settings)) is None:
@@ -215,29 +245,30 @@ async def _attempt(pool: asyncpg.Pool, token_hash: str, settings: Settings, guar
             except Exception as exc:
                 if not sent or not database_unreachable(exc):
                     raise  # nothing was sent (503), or not a lost connection
-                return await reconcile.reconciled(pool, admission_key, settings, charge)
+                return await reconcile.reconciled(pool, admission_key, settings, request.charge)
     finally:
         events.ADMISSION_DONE.emit(events.AdmissionDone(time.perf_counter() - started))
 
 
-async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, settings: Settings,
-                        guard: GuardRequest | None, charge: Charge, conversation_key: str,
-                        request_id: str | None, task_id: str | None, admission_key: uuid.UUID) -> Admitted:
+async def _admit_locked(conn: asyncpg.Connection, holder: str, request: AdmissionRequest, settings: Settings,
+                        admission_key: uuid.UUID) -> Admitted:
+    token_hash, guard, charge, task_id = request.token_hash, request.guard, request.charge, request.task_id
     if task_id is None and guard is not None and agent_turn.may_take(token_hash, settings):
-        known = await known_turn.admit_known(conn, token_hash, guard, settings, admission_key, request_id)
+        known = await known_turn.admit_known(conn, token_hash, guard, settings, admission_key, request.request_id)
         if known is not None:
-            return Admitted(known.task, known.policy, known.verdict, output_max=charge.added_output_max(known.task))
-        turned = await _admit_turn(conn, token_hash, settings, guard, charge, conversation_key, request_id,
-                                   admission_key)
+            return Admitted(known.task, known.policy, known.verdict, output_max=charge.added_output_max(known.task),
+                            key=admission_key)
+        turned = await _admit_turn(conn, request, settings, admission_key)
         if turned is not None:
             return turned
     async with conn.transaction():
         if task_id is not None:
-            task = await task_rows.lock_task(conn, task_id=task_id)
+            locked = await conn.fetchrow(_LOCK_BY_ID, task_id)
         else:
-            task = await task_rows.lock_task(conn, token_hash=token_hash)
-        if task is None:
+            locked = await conn.fetchrow(_LOCK_BY_TOKEN, token_hash)
+        if locked is None:
             raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
+        task = Task.from_row(locked)
         if guard is not None and task_id is None:
             agent_turn.remember(token_hash, task)
         active = task.active
@@ -250,13 +281,15 @@ async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, 
         policy = Policy(task, settings)
         reservation = Decimal(0)
         if active and metered:
-            anchor = await anchor_rows.anchor(conn, task.id, conversation_key)
+            anchor = await anchor_rows.anchor(conn, task.id, request.conversation)
             if anchor is not None and not charge.history_known:
                 raise _NeedsHistory()  # rolls back: nothing written yet
             reservation = charge.reservation_usd(task, anchor, metered)
-        if active and ceiling.task_decision(task, reservation) is ceiling.Decision.HOLD:
+        dollars = ceiling.task_decision(task, reservation) if active else ceiling.Decision.ADMIT
+        if dollars is ceiling.Decision.HOLD:
             raise _Held(task, policy, reservation)  # rolls back: nothing written, the lock released
-        refusal, verdict = await _judge(conn, task, policy, guard, conversation_key, reservation, request_id)
+        rule = _Rule(locked["admissible"] and dollars is not ceiling.Decision.LATCH, locked["rule_now"], reservation)
+        refusal, verdict = await _judge(conn, task, policy, request, rule)
         if refusal is None:
             keys: tuple[budget_ledger.WindowKey, ...] = ()
             reserved = None
@@ -270,14 +303,17 @@ async def _admit_locked(conn: asyncpg.Connection, holder: str, token_hash: str, 
                     raise _Exhausted(budget_exhausted(task.id, reserved.verdict), reserved.refused,
                                     reserved.verdict)
                 keys = reserved.windows
-            admitted = Task.from_row(await conn.fetchrow(_COUNT, task.id, reservation, admission_key, request_id,
-                                                         [b for b, _ in keys], [w for _, w in keys]))
+            counted = await conn.fetchrow(_COUNT, task.id, reservation, admission_key, request.request_id,
+                                          [b for b, _ in keys], [w for _, w in keys])
+            if counted is None:  # the rule with the dollars refused what the lock's verdict admitted: rolls back
+                raise RuleMismatch(f"taskgate_admissible refused task {task.id!r} at count ({reservation} USD)")
+            admitted = Task.from_row(counted)
             held = await reservations.hold(conn, task.id, reservation, reservations.deadline_s(policy),
                                            keys, admission_key) if reservation else None
             if reserved is not None and reserved.models:  # model limits' dollars in flight (app.budgets.model_limits)
                 await budget_ledger.hold_models(conn, held, reserved, reservation)
             return Admitted(admitted, Policy(admitted, settings), verdict, reservation,
-                            charge.added_output_max(task, metered), held, keys,
+                            charge.added_output_max(task, metered), held, keys, key=admission_key,
                             budget_room=reserved.room if reserved is not None else None)
         log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))
     await _refuse(conn, task, refusal)
@@ -296,26 +332,30 @@ async def _refuse(conn: asyncpg.Connection, task: Task, refusal: GatewayError) -
     raise refusal
 
 
-async def _admit_turn(conn: asyncpg.Connection, token_hash: str, settings: Settings, guard: GuardRequest,
-                      charge: Charge, conversation_key: str, request_id: str | None,
+async def _admit_turn(conn: asyncpg.Connection, request: AdmissionRequest, settings: Settings,
                       admission_key: uuid.UUID) -> Admitted | None:
-    """The agent-turn path (:mod:`app.admission.turn`): ``BEGIN``, one ``SELECT``,
-    ``COMMIT`` for an admitted turn. ``None``: nothing was written (the task may not take
-    this path, or the loop guard stops it: rolled back), decide the usual way."""
+    """The agent-turn path (:mod:`app.admission.turn`) of a request with a ``guard``:
+    ``BEGIN``, one ``SELECT``, ``COMMIT`` for an admitted turn. ``None``: nothing was
+    written (the task may not take this path, or the loop guard stops it: rolled back),
+    decide the usual way."""
+    assert request.guard is not None
+    request_id = request.request_id
     try:
         async with conn.transaction():
-            turn = await agent_turn.open_turn(conn, token_hash, guard, settings, admission_key, request_id)
+            turn = await agent_turn.open_turn(conn, request.token_hash, request.guard, settings, admission_key,
+                                              request_id)
             if turn is None:
                 raise unauthorized("Unknown task token. Use the token returned by POST /admin/tasks.")
             if not turn.recorded:
                 return None  # only the lock was taken: released at this commit
             task, policy = turn.task, Policy(turn.task, settings)
-            verdict, breach = agent_turn.judge(turn, policy, conversation_key)  # raises Rerun on a stop
+            verdict, breach = agent_turn.judge(turn, policy, request.conversation)  # raises Rerun on a stop
             if verdict.action is Action.WARN:
                 await task_rows.add_event(conn, task.id, "loop_warning", verdict.reason, dict(verdict.detail),
                                           request_id=request_id)
             if breach is None:
-                return Admitted(task, policy, verdict, output_max=charge.added_output_max(task))
+                return Admitted(task, policy, verdict, output_max=request.charge.added_output_max(task),
+                                key=admission_key)
             refusal = await _latch(conn, task, *breach, request_id)
             log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))
     except agent_turn.Rerun:
@@ -323,16 +363,18 @@ async def _admit_turn(conn: asyncpg.Connection, token_hash: str, settings: Setti
     await _refuse(conn, task, refusal)
 
 
-async def _judge(conn: asyncpg.Connection, task: Task, policy: Policy,
-                 guard: GuardRequest | None, conversation_key: str, reservation: Decimal,
-                 request_id: str | None) -> tuple[GatewayError | None, Verdict | None]:
+async def _judge(conn: asyncpg.Connection, task: Task, policy: Policy, request: AdmissionRequest,
+                 rule: _Rule) -> tuple[GatewayError | None, Verdict | None]:
     """The refusal for this request (``None``: admit, with the conversation counted)
-    and the loop guard's verdict; latches the task on a new stop."""
+    and the loop guard's verdict; latches the task on a new stop. In order: the latch,
+    the loop guard, the conversation's ceilings, then the admission rule (``rule``,
+    decided in SQL: :func:`limit_breach` only names the limit and its numbers)."""
     if not task.active:
         return stop_refusal(task), None
     verdict = None
-    if guard is not None:
-        verdict = await record_request(conn, task, guard, policy, request_id=request_id)
+    conversation_key, request_id = request.conversation, request.request_id
+    if request.guard is not None:
+        verdict = await record_request(conn, task, request.guard, policy, request_id=request_id)
         if verdict.action is Action.STOP and policy.rule_action(verdict.reason or "") == STRIKE:  # no_progress
             judged = await strikes.apply_locked(conn, task.id, conversation_key, verdict.reason or "", STRIKE,
                                                 verdict.detail, policy.settings, request_id=request_id,
@@ -342,17 +384,18 @@ async def _judge(conn: asyncpg.Connection, task: Task, policy: Policy,
             verdict = Verdict(Action.WARN, verdict.reason, verdict.count, verdict.detail)
         if verdict.action is Action.STOP:
             return await _latch(conn, task, verdict.reason or "stopped", dict(verdict.detail), request_id), verdict
-    now = datetime.now(timezone.utc)
     limits = policy.conversation
     if limits.active:
         conversation = await conversations.get(conn, task.id, conversation_key)
-        breach = conversation_breach(conversation, limits, now)
+        breach = conversation_breach(conversation, limits, datetime.now(timezone.utc))
         if breach is not None:
             reason, detail = breach
             return await _latch(conn, task, reason, {**detail, "conversation_key": conversation_key},
                                 request_id), verdict
-    breach = limit_breach(task, now, reservation)
-    if breach is not None:
+    if not rule.admissible:
+        breach = limit_breach(task, rule.now, rule.reservation_usd)
+        if breach is None:  # tests/test_admission_rule.py keeps the two in step
+            raise RuleMismatch(f"taskgate_admissible refused task {task.id!r}; limit_breach names no limit")
         return await _latch(conn, task, *breach, request_id), verdict
     if limits.active:
         await conversations.count_request(conn, task.id, conversation_key)

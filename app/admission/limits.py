@@ -3,10 +3,10 @@
 The rule is one SQL function, ``taskgate_admissible()`` (``app/db/sql/functions/``),
 which every statement and function that counts a request asks (``taskgate_agent_turn()``
 calls it; :data:`ADMISSIBLE`, the fast path's of :mod:`app.admission.admission` and the
-budget lease paths' of :mod:`app.budgets.escrow`, is its text). :func:`limit_breach` explains a
-refusal (which limit, its numbers) and decides the locked path, where the dollars asked
-are known; ``tests/test_admission_rule.py`` keeps it in step with the function over a
-grid of task states."""
+budget lease paths' of :mod:`app.budgets.escrow`, is its text; the locked path's lock and
+count statements call it, ``app/db/sql/admission.sql``). :func:`limit_breach` only explains
+a refusal (which limit, its numbers); ``tests/test_admission_rule.py`` keeps it in step
+with the function over a grid of task states, and the locked path with both."""
 
 from __future__ import annotations
 

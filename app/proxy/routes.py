@@ -34,9 +34,10 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.admission.admission import admit, authenticate
+from app.admission.admission import admit_request, authenticate
 from app.admission.charge import Charge, charge_for
 from app.admission.outcomes import Admitted
+from app.admission.request import AdmissionRequest
 from app.admission.tokens import token_hash
 from app.app_state import AppState, app_state
 from app.budgets import room, runs
@@ -108,11 +109,11 @@ async def _run_task(state: AppState, req: ProxyRequest, request_id: str | None) 
 
 async def _admit(state: AppState, req: ProxyRequest, turn: Turn, charge: Charge, run_task: str | None, slot: Slot,
                  request_id: str | None) -> Admitted:
-    """:func:`~app.admission.admission.admit` while holding ``slot``; a run task deleted by an
+    """:func:`~app.admission.admission.admit_request` while holding ``slot``; a run task deleted by an
     operator (401) is created again at the run's next request."""
     try:
-        return await slot.around(admit(state.db, req.token_hash, state.settings, turn.guard, charge,
-                                       req.conversation_key, request_id, run_task))
+        asked = AdmissionRequest(req.token_hash, run_task, turn.guard, charge, req.conversation_key, request_id)
+        return await slot.around(admit_request(state.db, asked, state.settings))
     except GatewayError as err:
         if run_task is not None and err.status == 401:
             runs.forget(run_task)

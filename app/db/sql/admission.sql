@@ -5,8 +5,8 @@
 -- (the SET of app.admission.limits.COUNT_REQUEST, which the budget lease paths take), and
 -- its admissions row under the key chosen before the statement was sent (app.db.commits).
 -- The rule is taskgate_admissible (app/db/sql/functions/), sent as its own text
--- (app.db.sql.inline). tests/test_sql_home.py checks every shared part against the
--- fragment its module still builds.
+-- (app.db.sql.inline) where the call has no dollars. tests/test_sql_home.py checks every
+-- shared part against the fragment its module still builds.
 
 -- name: admission_fast
 -- The fast path: one statement, its own transaction; $2 the admission key, $3 the request id.
@@ -18,14 +18,28 @@ WITH counted AS (
 logged AS (INSERT INTO admissions (key, task_id, request_id) SELECT $2, id, $3 FROM counted)
 SELECT * FROM counted;
 
+-- name: admission_lock_by_id
+-- The locked path's lock (app.admission.admission): task $1's row, FOR UPDATE, with the
+-- admission rule on it (admissible: taskgate_admissible without dollars, the request's
+-- being known only once the row is read; admission_count asks the rule with them) and
+-- the transaction's clock the rule read (rule_now), which a refusal's numbers quote.
+SELECT tasks.*, taskgate_admissible(tasks) AS admissible, now() AS rule_now FROM tasks WHERE id = $1 FOR UPDATE;
+
+-- name: admission_lock_by_token
+-- As admission_lock_by_id, the task whose token hashes to $1.
+SELECT tasks.*, taskgate_admissible(tasks) AS admissible, now() AS rule_now FROM tasks
+ WHERE token_hash = $1 FOR UPDATE;
+
 -- name: admission_count
 -- The locked path's count: $2 dollars reserved, $3 the admission key, $4 the request id,
--- $5/$6 the budget windows it is counted in.
+-- $5/$6 the budget windows it is counted in. The rule with the request's dollars
+-- decides here, in the same round trip (no row: the rule refuses what the lock's verdict
+-- and the dollar ceiling admitted, a bug; the caller rolls back).
 WITH counted AS (
     UPDATE tasks SET admitted_requests = admitted_requests + 1,
            first_admitted_at = COALESCE(first_admitted_at, now()), updated_at = now(),
            reserved_usd = reserved_usd + $2
-     WHERE id = $1
+     WHERE id = $1 AND taskgate_admissible(tasks, $2)
     RETURNING *),
 logged AS (
     INSERT INTO admissions (key, task_id, request_id, budget_ids, window_starts)

@@ -1,8 +1,9 @@
 -- The admission rule: whether task t may admit one more request (active and under its
 -- request, token and duration limits; with p_reservation_usd, the dollars this request
 -- may cost, also settled dollars + p_reservation_usd within cost_limit_usd). Every
--- statement and function that counts a request decides with it (taskgate_agent_turn calls
--- it; the fast path and the budget lease paths take its text, app.admission.limits.ADMISSIBLE);
+-- statement and function that counts a request decides with it (taskgate_agent_turn and
+-- the locked path's lock and count, app/db/sql/admission.sql, call it; the fast path and
+-- the budget lease paths take its text, app.admission.limits.ADMISSIBLE);
 -- app.admission.limits.limit_breach only explains a refusal (which limit, its numbers),
 -- and tests/test_admission_rule.py keeps the two in step. STABLE (now()). LANGUAGE sql,
 -- one SELECT of an expression: app.db.sql.expression reads it so. Since 0018.
