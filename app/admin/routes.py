@@ -29,6 +29,7 @@ from app.db import sql
 from app.db import tasks as task_rows
 from app.db.bounds import INT8_MAX
 from app.db.pool import durable
+from app.db.sql import assemble
 from app.guard.detector import CallRecord, detect
 from app.guard.policy import Policy
 from app.request_ids import REQUEST_ID
@@ -46,20 +47,12 @@ _INSERT_COLUMNS = ("id", "token_hash", "request_limit", "max_duration_s", "token
                    "metadata", "cost_limit_usd", "allowed_models", "conversation_request_limit",
                    "conversation_tool_call_limit", "conversation_max_duration_s", "upstream_timeout_s",
                    "cost_wait_s", "default_max_output_tokens", "budget_id", "thresholds")
-_INSERT = (f"INSERT INTO tasks ({', '.join(_INSERT_COLUMNS)})"
-           f" VALUES ({', '.join(f'${i}' for i in range(1, len(_INSERT_COLUMNS) + 1))}) RETURNING *")
-_GET = "SELECT * FROM tasks WHERE id = $1"
-_LIST = ("SELECT * FROM tasks WHERE ($1::text IS NULL OR status = $1)"
-         " AND ($2::text IS NULL OR id > $2) AND ($4::text IS NULL OR budget_id = $4) ORDER BY id LIMIT $3")
-_EVENTS = ("SELECT id, kind, reason, detail, created_at FROM task_events WHERE task_id = $1"
-           " AND id > $2 ORDER BY id LIMIT $3")
-_CALLS = ("SELECT call_id, seq, conversation_key, tool_name, arguments_hash, arguments_preview, result_hash,"
-          " is_error, is_empty,"
-          " raw_result_hash,"
-          " created_at, completed_at FROM tool_calls WHERE task_id = $1 AND seq > $2"
-          " ORDER BY seq LIMIT $3")
-_CLEAR = ("UPDATE tasks SET status = 'active', stop_reason = NULL, stop_detail = NULL,"
-          " stopped_at = NULL, updated_at = now() WHERE id = $1 RETURNING *")
+_INSERT = sql.statement("admin_task_insert")
+_GET = sql.statement("admin_task_get")
+_LIST = sql.statement("admin_task_list")
+_EVENTS = sql.statement("admin_task_events")
+_CALLS = sql.statement("admin_task_calls")
+_CLEAR = sql.statement("admin_task_clear")
 
 #: Columns PATCH may change.
 _PATCHABLE = ("request_limit", "max_duration_s", "token_limit", "tool_call_limit", "max_stalls",
@@ -170,9 +163,8 @@ async def update_task(task_id: TaskIdPath, body: schemas.TaskPatch, request: Req
             return _task(await conn.fetchrow(_GET, task_id))
         await durable(conn)
         columns = list(changes)  # names from _PATCHABLE only, never from the request
-        sets = ", ".join(f"{name} = ${i}" for i, name in enumerate(columns, start=2))
-        row = await conn.fetchrow(f"UPDATE tasks SET {sets}, updated_at = now() WHERE id = $1 RETURNING *",
-                                  task_id, *(_column_value(c, changes[c]) for c in columns))
+        patch = assemble.fill("admin_task_patch", sets=assemble.assignments(columns, _PATCHABLE))
+        row = await conn.fetchrow(patch, task_id, *(_column_value(c, changes[c]) for c in columns))
         await task_rows.add_event(conn, task_id, "limits_changed", None, {
             "before": {k: _json_value(task.column(k)) for k in changes}, "after": changes},
             request_id=REQUEST_ID.get())
@@ -265,7 +257,7 @@ async def delete_task(task_id: TaskIdPath, request: Request) -> Response:
     """Delete a task, its history and its ledger. Its token stops working at once."""
     async with request.app.state.db.acquire() as conn, conn.transaction():
         await durable(conn)
-        result = await conn.execute("DELETE FROM tasks WHERE id = $1", task_id)
+        result = await conn.execute(sql.statement("admin_task_delete"), task_id)
     if result == "DELETE 0":
         raise _not_found(task_id)
     return Response(status_code=204)
