@@ -33,15 +33,13 @@ import httpx
 from app import events
 from app.admission.refusals import stop_message
 from app.console import metrics
+from app.db import sql
 from app.settings import Settings
 from app.task import Task
 
 logger = logging.getLogger("app.console.webhook")
 
-_STOP_EVENT = (
-    "SELECT e.reason AS event_reason, e.detail AS event_detail, e.created_at AS event_at, t.*"
-    " FROM task_events e JOIN tasks t ON t.id = e.task_id WHERE e.id = $1 AND e.kind = 'stopped'"
-)
+_STOP_EVENT = sql.statement("webhook_stop_event")
 #: Waits (seconds) between looks for the committed ``stopped`` event (about 8 s in all).
 _VISIBILITY_WAITS_S = (0.0, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 2.0, 2.0)
 _COUNTERS = ("admitted_requests", "request_limit", "input_tokens", "output_tokens", "tool_calls",
