@@ -37,9 +37,6 @@ SELECT call_id, seq, conversation_key, tool_name, arguments_hash, arguments_prev
 UPDATE tasks SET status = 'active', stop_reason = NULL, stop_detail = NULL,
        stopped_at = NULL, updated_at = now() WHERE id = $1 RETURNING *;
 
--- name: admin_task_thresholds
-SELECT thresholds FROM tasks WHERE id = $1;
-
 -- name: admin_task_patch
 -- A piece (app.db.sql.assemble.fill): {sets} the changed columns, their values $2 on.
 UPDATE tasks SET {sets}, updated_at = now() WHERE id = $1 RETURNING *;
