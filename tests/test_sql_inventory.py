@@ -109,3 +109,20 @@ def test_statements_that_mirror_python_names_agree():
     columns = [c.strip() for c in insert[insert.index("(") + 1:insert.index(")")].split(",")]
     assert tuple(columns) == routes._INSERT_COLUMNS
     assert insert.count("$") == len(routes._INSERT_COLUMNS)
+
+
+def test_assembled_statements_take_only_known_names():
+    """:mod:`app.db.sql.assemble`: a SET list names only allowed columns, and a piece
+    filled in leaves no placeholder."""
+    import pytest
+
+    from app.db.sql import assemble
+
+    assert assemble.assignments(["token_limit", "metadata"], ("metadata", "token_limit")) == (
+        "token_limit = $2, metadata = $3")
+    patch = assemble.fill("admin_task_patch", sets="token_limit = $2")
+    assert patch == "UPDATE tasks SET token_limit = $2, updated_at = now() WHERE id = $1 RETURNING *"
+    with pytest.raises(ValueError):
+        assemble.assignments(["token_limit = 0, status"], ("token_limit",))
+    with pytest.raises(KeyError):
+        assemble.fill("admin_task_patch")
