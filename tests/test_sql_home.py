@@ -192,10 +192,16 @@ def test_admissions_statements_hold_their_shared_fragments():
                            " SELECT $2, id, $3 FROM counted)"
                            " SELECT * FROM counted"),
         "admission_count": (f"WITH counted AS (UPDATE tasks SET {COUNT_REQUEST}, reserved_usd = reserved_usd + $2"
-                            " WHERE id = $1 AND taskgate_admissible(tasks, $2) RETURNING *),"
+                            " WHERE id = $1 RETURNING *),"
                             " logged AS (INSERT INTO admissions (key, task_id, request_id, budget_ids, window_starts)"
                             " SELECT $3, id, $4, $5::text[], $6::timestamptz[] FROM counted)"
                             " SELECT * FROM counted"),
+        "admission_count_dollars": (f"WITH counted AS (UPDATE tasks SET {COUNT_REQUEST},"
+                                    " reserved_usd = reserved_usd + $2"
+                                    " WHERE id = $1 AND taskgate_admissible(tasks, $2) RETURNING *),"
+                                    " logged AS (INSERT INTO admissions (key, task_id, request_id, budget_ids,"
+                                    " window_starts) SELECT $3, id, $4, $5::text[], $6::timestamptz[] FROM counted)"
+                                    " SELECT * FROM counted"),
         "admission_turn": ("WITH f AS (SELECT * FROM taskgate_agent_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
                            " $12, $13, $14, $15)), logged AS (INSERT INTO admissions (key, task_id, request_id)"
                            " SELECT $16, (f.task).id, $17 FROM f WHERE f.counted)"

@@ -23,10 +23,11 @@ Every admitted POST runs one PostgreSQL transaction that holds the task's row lo
   limit and its numbers. The rule's dollar clause needs the request's worst case, known
   only once the row is read (its output default, the conversation's anchor): the dollar
   ceiling (:func:`app.admission.ceiling.decide`, the same comparison) latches on it, and
-  the statement that counts the request asks ``taskgate_admissible(t, dollars)`` again
-  (no row: :class:`RuleMismatch`, rolled back), so the function decides with no round
-  trip added. With a ``cost_limit_usd`` the request's worst-case cost is added to
-  ``reserved_usd`` in the same statement that counts it, so N concurrent requests never
+  the statement that counts the request of a task with a dollar ceiling asks
+  ``taskgate_admissible(t, dollars)`` again (no row: :class:`RuleMismatch`, rolled back),
+  so the function decides with no round trip added. With a ``cost_limit_usd`` the
+  request's worst-case cost is added to ``reserved_usd`` in the same statement that
+  counts it, so N concurrent requests never
   reserve past the ceiling (settled in :mod:`app.proxy.accounting`). A request that
   would fit once the reservations in flight settle is *held*
   (:mod:`app.admission.ceiling`): its transaction rolls back before the loop guard runs,
@@ -103,11 +104,12 @@ logger = logging.getLogger(__name__)
 #: The fast path: one statement, its own transaction (app/db/sql/admission.sql).
 FAST_ADMIT = sql.statement("admission_fast")
 _READ_TASK = sql.statement("task_by_id")
-#: The locked path's lock, with the admission rule's verdict on the row, and its count,
-#: which asks the rule with the request's dollars (app/db/sql/admission.sql).
+#: The locked path's lock, with the admission rule's verdict on the row, and its count;
+#: a task with a dollar ceiling's asks the rule with the request's dollars (app/db/sql/admission.sql).
 _LOCK_BY_ID = sql.statement("admission_lock_by_id")
 _LOCK_BY_TOKEN = sql.statement("admission_lock_by_token")
 _COUNT = sql.statement("admission_count")
+_COUNT_DOLLARS = sql.statement("admission_count_dollars")
 
 
 class RuleMismatch(RuntimeError):
@@ -303,7 +305,8 @@ async def _admit_locked(conn: asyncpg.Connection, holder: str, request: Admissio
                     raise _Exhausted(budget_exhausted(task.id, reserved.verdict), reserved.refused,
                                     reserved.verdict)
                 keys = reserved.windows
-            counted = await conn.fetchrow(_COUNT, task.id, reservation, admission_key, request.request_id,
+            count = _COUNT if task.cost_limit_usd is None else _COUNT_DOLLARS
+            counted = await conn.fetchrow(count, task.id, reservation, admission_key, request.request_id,
                                           [b for b, _ in keys], [w for _, w in keys])
             if counted is None:  # the rule with the dollars refused what the lock's verdict admitted: rolls back
                 raise RuleMismatch(f"taskgate_admissible refused task {task.id!r} at count ({reservation} USD)")
