@@ -77,7 +77,7 @@ from app.admission import turn as agent_turn
 from app.admission.charge import Charge, charge_refusal
 from app.admission.holds import POLL_INTERVAL_S, holds
 from app.admission.limits import limit_breach
-from app.admission.outcomes import Admitted
+from app.admission.outcomes import Admission
 from app.admission.outcomes import Exhausted as _Exhausted
 from app.admission.outcomes import Held as _Held
 from app.admission.outcomes import NeedsHistory as _NeedsHistory
@@ -134,14 +134,14 @@ class _Rule:
 async def admit(pool: asyncpg.Pool, token_hash: str, settings: Settings,
                 guard: GuardRequest | None = None, charge: Charge | None = None,
                 conversation_key: str = "", request_id: str | None = None,
-                task_id: str | None = None) -> Admitted:
+                task_id: str | None = None) -> Admission:
     """:func:`admit_request` of the :class:`AdmissionRequest` these arguments make
     (``charge`` ``None``: ``Charge(None)``, unpriced); the same result and errors."""
     return await admit_request(pool, AdmissionRequest(token_hash, task_id, guard, charge or Charge(None),
                                                       conversation_key, request_id), settings)
 
 
-async def admit_request(pool: asyncpg.Pool, request: AdmissionRequest, settings: Settings) -> Admitted:
+async def admit_request(pool: asyncpg.Pool, request: AdmissionRequest, settings: Settings) -> Admission:
     """Reserve one request for the task whose token hashes to ``request.token_hash`` (or,
     for the task of a budget key's run, whose id is ``request.task_id``).
 
@@ -200,7 +200,7 @@ async def admit_request(pool: asyncpg.Pool, request: AdmissionRequest, settings:
         return admitted
 
 
-async def _attempt(pool: asyncpg.Pool, request: AdmissionRequest, settings: Settings) -> Admitted:
+async def _attempt(pool: asyncpg.Pool, request: AdmissionRequest, settings: Settings) -> Admission:
     """One admission transaction (:func:`admit`) under a new admission key; raises
     :class:`_Held` when held, :class:`reconcile.Void` when its outcome was unknown and nothing
     landed."""
@@ -221,14 +221,14 @@ async def _attempt(pool: asyncpg.Pool, request: AdmissionRequest, settings: Sett
                                                   request.request_id)  # its own transaction
                         if row is not None:
                             task = Task.from_row(row)
-                            return Admitted(task, Policy(task, settings), key=admission_key)
+                            return Admission(task, Policy(task, settings), key=admission_key)
                     with budget_ledger.lease_slot() as holder:
                         now = windows.now(settings.clock_offset_s)
                         if fast and hint is not False and (  # one statement: a budget's escrow lease pays
                                 leased := await budget_ledger.fast_admit(conn, holder, now, request.token_hash,
                                                                          request.task_id, admission_key,
                                                                          request.request_id)):
-                            return Admitted(task := Task.from_row(leased[0]), Policy(task, settings),
+                            return Admission(task := Task.from_row(leased[0]), Policy(task, settings),
                                             budget_windows=leased[1], key=admission_key,
                                             budget_room=room.of_fast_row(leased[0]))
                         while True:
@@ -253,12 +253,12 @@ async def _attempt(pool: asyncpg.Pool, request: AdmissionRequest, settings: Sett
 
 
 async def _admit_locked(conn: asyncpg.Connection, holder: str, request: AdmissionRequest, settings: Settings,
-                        admission_key: uuid.UUID) -> Admitted:
+                        admission_key: uuid.UUID) -> Admission:
     token_hash, guard, charge, task_id = request.token_hash, request.guard, request.charge, request.task_id
     if task_id is None and guard is not None and agent_turn.may_take(token_hash, settings):
         known = await known_turn.admit_known(conn, token_hash, guard, settings, admission_key, request.request_id)
         if known is not None:
-            return Admitted(known.task, known.policy, known.verdict, output_max=charge.added_output_max(known.task),
+            return Admission(known.task, known.policy, known.verdict, output_max=charge.added_output_max(known.task),
                             key=admission_key)
         turned = await _admit_turn(conn, request, settings, admission_key)
         if turned is not None:
@@ -315,7 +315,7 @@ async def _admit_locked(conn: asyncpg.Connection, holder: str, request: Admissio
                                            keys, admission_key) if reservation else None
             if reserved is not None and reserved.models:  # model limits' dollars in flight (app.budgets.model_limits)
                 await budget_ledger.hold_models(conn, held, reserved, reservation)
-            return Admitted(admitted, Policy(admitted, settings), verdict, reservation,
+            return Admission(admitted, Policy(admitted, settings), verdict, reservation,
                             charge.added_output_max(task, metered), held, keys, key=admission_key,
                             budget_room=reserved.room if reserved is not None else None)
         log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))
@@ -336,7 +336,7 @@ async def _refuse(conn: asyncpg.Connection, task: Task, refusal: GatewayError) -
 
 
 async def _admit_turn(conn: asyncpg.Connection, request: AdmissionRequest, settings: Settings,
-                      admission_key: uuid.UUID) -> Admitted | None:
+                      admission_key: uuid.UUID) -> Admission | None:
     """The agent-turn path (:mod:`app.admission.turn`) of a request with a ``guard``:
     ``BEGIN``, one ``SELECT``, ``COMMIT`` for an admitted turn. ``None``: nothing was
     written (the task may not take this path, or the loop guard stops it: rolled back),
@@ -357,7 +357,7 @@ async def _admit_turn(conn: asyncpg.Connection, request: AdmissionRequest, setti
                 await task_rows.add_event(conn, task.id, "loop_warning", verdict.reason, dict(verdict.detail),
                                           request_id=request_id)
             if breach is None:
-                return Admitted(task, policy, verdict, output_max=request.charge.added_output_max(task),
+                return Admission(task, policy, verdict, output_max=request.charge.added_output_max(task),
                                 key=admission_key)
             refusal = await _latch(conn, task, *breach, request_id)
             log_refusal(task.id, refusal.code or "stopped", await count_refusal(conn, task.id))

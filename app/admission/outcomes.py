@@ -1,6 +1,9 @@
 """What an admission attempt ends in (:mod:`app.admission.admission`): an
-:class:`Admitted` request, or an exception that rolls its transaction back and sends it
-round again (:class:`NeedsHistory`, :class:`Held`) or refuses it (:class:`Exhausted`)."""
+:class:`Admission` (the request admitted: what
+:func:`~app.admission.admission.admit_request` returns for an
+:class:`~app.admission.request.AdmissionRequest`), or an exception that rolls its
+transaction back and sends it round again (:class:`NeedsHistory`, :class:`Held`) or
+refuses it (:class:`Exhausted`)."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ if TYPE_CHECKING:  # annotations only: budgets sit above admission's rules
 
 
 @dataclass(slots=True)
-class Admitted:
+class Admission:
     """An admitted request: the task after the reservation, the policy in force for it
     (built once, for the rest of the request), the loop guard's verdict on the results
     it carried (``None`` when it carried none) and the dollars reserved."""

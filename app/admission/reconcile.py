@@ -25,7 +25,7 @@ import asyncpg
 
 from app.admission import reservations
 from app.admission.charge import Charge
-from app.admission.outcomes import Admitted
+from app.admission.outcomes import Admission
 from app.db import commits, sql
 from app.db.errors import database_unreachable
 from app.guard.policy import Policy
@@ -45,7 +45,7 @@ class Void(Exception):
     admit again under a new key."""
 
 
-async def reconciled(pool: asyncpg.Pool, key: uuid.UUID, settings: Settings, charge: Charge | None) -> Admitted:
+async def reconciled(pool: asyncpg.Pool, key: uuid.UUID, settings: Settings, charge: Charge | None) -> Admission:
     """The attempt under ``key`` lost its connection after sending: fence the key
     (:func:`app.db.commits.reconcile`) and read back what landed: the task now, its hold
     and the budget windows it was counted in (no loop-guard verdict: the request is served
@@ -70,7 +70,7 @@ async def reconciled(pool: asyncpg.Pool, key: uuid.UUID, settings: Settings, cha
     logger.warning("admission %s of task %s: its commit's answer was lost; it had landed, serving it", key,
                    task.id)
     reservation = hold["amount_usd"] if hold is not None else Decimal(0)
-    return Admitted(task, Policy(task, settings), None, reservation,
+    return Admission(task, Policy(task, settings), None, reservation,
                     charge.added_output_max(task, bool(reservation) or None) if charge is not None else None,
                     hold["id"] if hold is not None else None,
                     tuple(zip(row["budget_ids"] or (), row["window_starts"] or ())), key)

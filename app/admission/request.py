@@ -2,7 +2,7 @@
 
 Built once per request at the edge (:mod:`app.proxy.routes`) and passed down unchanged
 through :func:`app.admission.admission.admit_request`, its attempts and its paths; the
-result is an :class:`app.admission.outcomes.Admitted` (or a refusal raised). Pure: no I/O.
+result is an :class:`app.admission.outcomes.Admission` (or a refusal raised). Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from starlette.responses import Response
 
 from app.admission.admission import admit_request, authenticate
 from app.admission.charge import Charge, charge_for
-from app.admission.outcomes import Admitted
+from app.admission.outcomes import Admission
 from app.admission.request import AdmissionRequest
 from app.admission.tokens import token_hash
 from app.app_state import AppState, app_state
@@ -88,7 +88,7 @@ async def proxy_post(request: Request) -> Response:
     if not req.counted:
         task = req.task or await authenticate(state.db, "", run_task)
         slot = await state.upstream_slots.take()
-        return _relay(state, req, turn, Admitted(task, Policy(task, state.settings)), slot, request_id)
+        return _relay(state, req, turn, Admission(task, Policy(task, state.settings)), slot, request_id)
     charge = charge_for(req.route, req.body, req.payload, embeddings=req.path == "/v1/embeddings",
                         what=f"POST {req.path}", path=req.path)
     slot = await state.upstream_slots.take()  # 503 upstream_busy, uncounted, when none frees in time
@@ -108,7 +108,7 @@ async def _run_task(state: AppState, req: ProxyRequest, request_id: str | None) 
 
 
 async def _admit(state: AppState, req: ProxyRequest, turn: Turn, charge: Charge, run_task: str | None, slot: Slot,
-                 request_id: str | None) -> Admitted:
+                 request_id: str | None) -> Admission:
     """:func:`~app.admission.admission.admit_request` while holding ``slot``; a run task deleted by an
     operator (401) is created again at the run's next request."""
     try:
@@ -120,7 +120,7 @@ async def _admit(state: AppState, req: ProxyRequest, turn: Turn, charge: Charge,
         raise
 
 
-async def _forwarded(state: AppState, req: ProxyRequest, admitted: Admitted) -> tuple[bytes, bool]:
+async def _forwarded(state: AppState, req: ProxyRequest, admitted: Admission) -> tuple[bytes, bool]:
     """The body to forward for an admitted request, and whether streamed usage was asked for:
     as read, or with the loop warning, the output bound the reservation assumed (enforced
     upstream) and/or ``stream_options.include_usage`` added (:func:`_forwarded_body`)."""
@@ -135,7 +135,7 @@ async def _forwarded(state: AppState, req: ProxyRequest, admitted: Admitted) -> 
     return _forwarded_body(req.fmt, req.body, payload, notice, add_usage)
 
 
-def _relay(state: AppState, req: ProxyRequest, turn: Turn, admitted: Admitted, slot: Slot, request_id: str | None,
+def _relay(state: AppState, req: ProxyRequest, turn: Turn, admitted: Admission, slot: Slot, request_id: str | None,
            charge: Charge | None = None, body: bytes | None = None, add_usage: bool = False) -> Response:
     """The relay of ``req`` (``body``: as read unless given), the slot released and the
     exchange accounted after its last byte."""
