@@ -121,10 +121,11 @@ class RuleMismatch(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class _Rule:
-    """The admission rule on the locked path's row: ``admissible``, the lock statement's
-    ``taskgate_admissible(t)`` and the dollar ceiling's not :data:`~ceiling.Decision.LATCH`
-    at ``reservation_usd`` (the rule's dollar clause: ``admission_count`` asks the
-    function with them); ``now``, the transaction's clock the rule read."""
+    """The admission rule on the locked path's row. ``admissible``: the lock statement's
+    ``taskgate_admissible(t)`` and, for the rule's dollar clause, the dollar ceiling's
+    decision at ``reservation_usd`` (USD) not :data:`~ceiling.Decision.LATCH` (a task
+    with a ceiling is counted by ``admission_count_dollars``, which asks the function with
+    them); ``now``: the transaction's clock the rule read, for :func:`limit_breach`."""
 
     admissible: bool
     now: datetime
