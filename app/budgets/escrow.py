@@ -52,216 +52,42 @@ from decimal import Decimal
 import asyncpg
 
 from app.admission.ceiling import Decision
-from app.admission.limits import ADMISSIBLE, COUNT_REQUEST
 from app.budgets import room, slices, windows
 from app.budgets.rows import BudgetRow, WindowRow, window_row
 from app.budgets.rules import Verdict, chain_verdict, window_verdict
+from app.db import sql
 from app.db.pool import relaxed
 
 #: A budget's window: ``(budget_id, window_start)``.
 WindowKey = tuple[str, datetime]
 
-#: The window of lease ``l`` is still under the token limit of its budget ``b`` (SQL):
-#: tokens are reported after the fact, so a token limit admits while the window is under
-#: it. The window row is read only for a budget with a token limit.
-_UNDER_TOKENS = ("(b.token_limit IS NULL OR (SELECT w.input_tokens + w.output_tokens FROM budget_windows w"
-                 " WHERE w.budget_id = l.budget_id AND w.window_start = l.window_start) < b.token_limit)")
-#: Lease ``l`` of budget ``b`` can pay one request: some of it unspent, unexpired, granted under the budget's
-#: request limit, no dollars, model limits or rates (the locked path decides those), not paused (read here,
-#: never cached: :mod:`app.budgets.pause`), its window under its token limit (SQL).
-_PAYS = ("l.spent < l.granted AND l.expires_at > now() AND l.request_limit IS NOT DISTINCT FROM b.request_limit"
-         " AND b.cost_limit_usd IS NULL AND b.paused_at IS NULL AND b.model_limits IS NULL"
-         " AND b.requests_per_minute IS NULL AND b.tokens_per_minute IS NULL AND " + _UNDER_TOKENS)
-#: Spend one request from the holder's lease of each budget ``$3`` whose window holds
-#: ``$2`` (the gateway's window clock) and that can pay (:data:`_PAYS`), locked root
-#: first. The window rows are read, never locked.
-SPEND = """
-    WITH mine AS (
-        SELECT l.budget_id, l.window_start FROM budget_leases l JOIN budgets b ON b.id = l.budget_id
-         WHERE l.holder = $1 AND l.budget_id = ANY($3::text[])
-           AND l.window_start <= $2 AND (l.window_end IS NULL OR $2 < l.window_end)
-           AND l.expires_at > now()
-         ORDER BY b.depth FOR UPDATE OF l)
-    UPDATE budget_leases l SET spent = l.spent + 1
-      FROM mine, budgets b, budget_windows w
-     WHERE l.holder = $1 AND l.budget_id = mine.budget_id AND l.window_start = mine.window_start
-       AND b.id = l.budget_id AND w.budget_id = l.budget_id AND w.window_start = l.window_start AND {PAYS}
-    RETURNING l.budget_id{ROOM}
-""".format(PAYS=_PAYS, ROOM=room.ROOM_RETURNING)
-LOCK_WINDOW = (
-    "INSERT INTO budget_windows (budget_id, window_start, window_end) VALUES ($1, $2, $3)"
-    " ON CONFLICT (budget_id, window_start) DO UPDATE SET window_end = EXCLUDED.window_end RETURNING *"
-)
-#: Cut every lease of a window to what it spent (after locking them: a lease being spent
-#: right now is waited for); the window's ``leased_requests`` loses what they held unspent.
-_RECLAIM = """
-    WITH cut AS (
-        SELECT holder, granted - spent AS back FROM budget_leases
-         WHERE budget_id = $1 AND window_start = $2 AND granted > spent FOR UPDATE),
-    done AS (
-        UPDATE budget_leases l SET granted = l.spent FROM cut
-         WHERE l.holder = cut.holder AND l.budget_id = $1 AND l.window_start = $2 RETURNING cut.back)
-    UPDATE budget_windows SET leased_requests = leased_requests - COALESCE((SELECT sum(back) FROM done), 0)
-     WHERE budget_id = $1 AND window_start = $2 RETURNING *
-"""
-#: The task's lease of one window gets ``$5`` more requests; what it spent so far is
-#: folded into the window's ``admitted_requests`` (and out of its ``leased_requests``).
-_GRANT = """
-    WITH old AS (
-        SELECT spent FROM budget_leases WHERE holder = $1 AND budget_id = $2 AND window_start = $3 FOR UPDATE),
-    lease AS (
-        INSERT INTO budget_leases AS l (holder, budget_id, window_start, window_end, granted, spent,
-                                        request_limit, expires_at)
-        VALUES ($1, $2, $3, $4, $5, 0, $6, now() + $7 * interval '1 second')
-        ON CONFLICT (holder, budget_id, window_start) DO UPDATE
-           SET granted = l.granted - l.spent + EXCLUDED.granted, spent = 0,
-               request_limit = EXCLUDED.request_limit, expires_at = EXCLUDED.expires_at
-        RETURNING 1)
-    UPDATE budget_windows
-       SET admitted_requests = admitted_requests + COALESCE((SELECT spent FROM old), 0),
-           leased_requests = leased_requests - COALESCE((SELECT spent FROM old), 0) + $5
-     WHERE budget_id = $2 AND window_start = $3
-"""
-#: The windows holding expired leases, locked in the one order (root first).
-_LOCK_EXPIRED = """
-    SELECT w.budget_id, w.window_start FROM budget_windows w JOIN budgets b ON b.id = w.budget_id
-     WHERE (w.budget_id, w.window_start) IN (
-           SELECT budget_id, window_start FROM budget_leases WHERE expires_at < now() LIMIT $1)
-     ORDER BY b.depth, w.budget_id, w.window_start FOR UPDATE OF w
-"""
-_FOLD_EXPIRED = """
-    WITH doomed AS (
-        SELECT l.holder, l.budget_id, l.window_start
-          FROM budget_leases l JOIN budgets b ON b.id = l.budget_id
-               JOIN unnest($1::text[], $2::timestamptz[]) AS k(budget_id, window_start)
-               ON l.budget_id = k.budget_id AND l.window_start = k.window_start
-         WHERE l.expires_at < now() ORDER BY b.depth, l.budget_id, l.holder FOR UPDATE OF l),
-    gone AS (
-        DELETE FROM budget_leases l USING doomed d
-         WHERE l.holder = d.holder AND l.budget_id = d.budget_id AND l.window_start = d.window_start
-           AND l.expires_at < now()
-        RETURNING l.budget_id, l.window_start, l.granted, l.spent),
-    per_window AS (
-        SELECT budget_id, window_start, sum(granted) AS granted, sum(spent) AS spent, count(*) AS n
-          FROM gone GROUP BY budget_id, window_start),
-    folded AS (
-        UPDATE budget_windows w SET admitted_requests = w.admitted_requests + p.spent,
-               leased_requests = w.leased_requests - p.granted
-          FROM per_window p WHERE w.budget_id = p.budget_id AND w.window_start = p.window_start RETURNING p.n)
-    SELECT COALESCE(sum(n), 0) FROM folded
-"""
+# The statements: app/db/sql/budget_leases.sql (each written out whole; its header says
+# what they share: when a lease can pay, the room it returns, the counted request).
+#: Spend one request from the holder's lease of each budget of the chain that can pay.
+SPEND = sql.statement("lease_spend")
+#: Create (if missing) and lock a budget's window.
+LOCK_WINDOW = sql.statement("lease_lock_window")
+_RECLAIM = sql.statement("lease_reclaim")
+_GRANT = sql.statement("lease_grant")
+_LOCK_EXPIRED = sql.statement("lease_lock_expired")
+_FOLD_EXPIRED = sql.statement("lease_fold_expired")
 #: The requests the open leases of window ``w`` (a ``budget_windows`` alias) spent: part of
-#: what it admitted, not folded into ``w.admitted_requests`` yet (a SQL expression).
+#: what it admitted, not folded into ``w.admitted_requests`` yet (a SQL expression, for the
+#: admin API's window statements; written out in ``budget_thresholds_current``).
 LEASE_SPENT = ("(SELECT COALESCE(sum(l.spent), 0)::bigint FROM budget_leases l"
                " WHERE l.budget_id = w.budget_id AND l.window_start = w.window_start)")
-#: The fast path of a task with a budget (one statement, its own transaction): the request
-#: counted on the task under the fast path's conditions (:data:`FAST_ADMIT
-#: <app.admission.admission.FAST_ADMIT>`, but with the budget ``$4`` whose chain is
-#: ``$5``, root first), and one request spent from the holder's lease of each budget of
-#: the chain as :data:`SPEND` does (for chains without a dollar ceiling, each window under
-#: its budget's token limit; each budget of ``$5`` must still have the one before it as
-#: its parent). When the task was counted
-#: but a lease could not pay, the statement aborts (``taskgate_abort``, migration 0010):
-#: nothing is written, and the locked path decides. So does a task whose budget is not
-#: ``$4``: the budget is checked on the counted row, not in the ``UPDATE``'s ``WHERE``,
-#: where the planner could pick the budget's index and scan every task of the budget
-#: (it did, on tables not analysed yet) instead of the unique token or id.
-#:
-#: ``$6`` (the admission key) and ``$7`` (the request id) write the request's ``admissions``
-#: row with the windows it was counted in (:mod:`app.db.commits`).
-#:
-#: ``{leases}`` picks the lease rows: a chain of one budget updates its one lease row
-#: directly; a longer chain first locks its leases root first (``mine``). The budget rows
-#: are joined by id, each checked against its place in ``$5`` with ``array_position``:
-#: joining ``unnest($5) WITH ORDINALITY`` instead cost the statement as much PostgreSQL
-#: CPU as the whole plain fast path.
-_FAST = """
-    WITH counted AS (
-        UPDATE tasks SET {COUNT_REQUEST}
-         WHERE {column} = $1 AND {ADMISSIBLE}
-        RETURNING *),{leases}
-    paid AS (
-        UPDATE budget_leases l SET spent = l.spent + 1
-          FROM {source}budgets b, budget_windows w
-         WHERE l.holder = $2 AND {which} AND w.budget_id = l.budget_id AND w.window_start = l.window_start
-           AND b.id = l.budget_id
-           AND b.parent_id IS NOT DISTINCT FROM ($5::text[])[array_position($5::text[], b.id) - 1]
-           AND {PAYS}
-        RETURNING l.budget_id, l.window_start{ROOM_RETURNING}),
-    logged AS (
-        INSERT INTO admissions (key, task_id, request_id, budget_ids, window_starts)
-        SELECT $6, c.id, $7, $5::text[],
-               (SELECT array_agg(window_start ORDER BY array_position($5::text[], budget_id)) FROM paid)
-          FROM counted c)
-    SELECT c.*, p.*
-      FROM counted c,
-           (SELECT array_agg(window_start ORDER BY array_position($5::text[], budget_id)) AS lease_window_starts{ROOM}
-              FROM paid) p
-     WHERE CASE WHEN c.budget_id IS DISTINCT FROM $4 OR coalesce(cardinality(p.lease_window_starts), 0)
-                                                       < cardinality($5::text[])
-                THEN taskgate_abort('a budget lease of the chain cannot pay') ELSE true END
-"""
-#: The lease of the only budget of the chain, in the window of ``$3``.
-_ONE_LEASE = {"leases": "", "source": "", "which": """l.budget_id = $4 AND EXISTS (SELECT 1 FROM counted)
-           AND l.window_start <= $3 AND (l.window_end IS NULL OR $3 < l.window_end)"""}
-#: The leases of a longer chain, locked root first.
-_CHAIN_LEASES = {"leases": """
-    mine AS (
-        SELECT l.budget_id, l.window_start FROM budget_leases l
-         WHERE l.holder = $2 AND l.budget_id = ANY($5::text[]) AND EXISTS (SELECT 1 FROM counted)
-           AND l.window_start <= $3 AND (l.window_end IS NULL OR $3 < l.window_end)
-           AND l.expires_at > now()
-         ORDER BY array_position($5::text[], l.budget_id) FOR UPDATE),""",
-                 "source": "mine, ", "which": "l.budget_id = mine.budget_id AND l.window_start = mine.window_start"}
-#: The fast path of a task this process has not seen yet, with or without a budget: as
-#: :data:`_FAST`, the chain read from the counted task's budget (none: the plain fast
-#: path). Returns the chain's ids too, for :func:`remember`. ``$4``/``$5``: the admission
-#: key and request id, as ``$6``/``$7`` of :data:`_FAST`.
-_FIRST_SIGHT = """
-    WITH RECURSIVE counted AS (
-        UPDATE tasks SET {COUNT_REQUEST}
-         WHERE {column} = $1 AND {ADMISSIBLE}
-        RETURNING *),
-    up AS (
-        SELECT b.id, b.parent_id, b.depth, b.request_limit, b.token_limit, b.cost_limit_usd, b.paused_at,
-               b.model_limits, b.requests_per_minute, b.tokens_per_minute
-          FROM budgets b JOIN counted ON b.id = counted.budget_id
-        UNION ALL
-        SELECT b.id, b.parent_id, b.depth, b.request_limit, b.token_limit, b.cost_limit_usd, b.paused_at,
-               b.model_limits, b.requests_per_minute, b.tokens_per_minute
-          FROM budgets b JOIN up ON b.id = up.parent_id),
-    mine AS (
-        SELECT l.budget_id, l.window_start FROM budget_leases l JOIN up b ON b.id = l.budget_id
-         WHERE l.holder = $2 AND l.window_start <= $3 AND (l.window_end IS NULL OR $3 < l.window_end)
-           AND l.expires_at > now()
-         ORDER BY b.depth FOR UPDATE OF l),
-    paid AS (
-        UPDATE budget_leases l SET spent = l.spent + 1 FROM mine, up b, budget_windows w
-         WHERE l.holder = $2 AND l.budget_id = b.id AND w.budget_id = l.budget_id AND w.window_start = l.window_start
-           AND l.budget_id = mine.budget_id AND l.window_start = mine.window_start
-           AND {PAYS}
-        RETURNING l.budget_id, l.window_start{ROOM_RETURNING}),
-    logged AS (
-        INSERT INTO admissions (key, task_id, request_id, budget_ids, window_starts)
-        SELECT $4, c.id, $5, (SELECT array_agg(id ORDER BY depth) FROM up),
-               (SELECT array_agg(p.window_start ORDER BY u.depth) FROM paid p JOIN up u ON u.id = p.budget_id)
-          FROM counted c)
-    SELECT c.*, (SELECT array_agg(id ORDER BY depth) FROM up) AS lease_chain, r.*
-      FROM counted c,
-           (SELECT array_agg(window_start ORDER BY room_depth) AS lease_window_starts{ROOM_DEPTH} FROM paid) r
-     WHERE CASE WHEN (SELECT count(*) FROM paid) < (SELECT count(*) FROM up)
-                THEN taskgate_abort('a budget lease of the chain cannot pay') ELSE true END
-"""
-_RULE = {"ADMISSIBLE": ADMISSIBLE, "COUNT_REQUEST": COUNT_REQUEST, "PAYS": _PAYS, "ROOM_RETURNING": room.ROOM_RETURNING,
-         "ROOM": room.ROOM_ARRAYS.format(order="array_position($5::text[], budget_id)"),
-         "ROOM_DEPTH": room.ROOM_ARRAYS.format(order="room_depth")}
-FIRST_BY_TOKEN = _FIRST_SIGHT.format(column="token_hash", **_RULE)
-FIRST_BY_ID = _FIRST_SIGHT.format(column="id", **_RULE)
-#: :data:`_FAST` by token and by id, for a chain of one budget and for a longer one.
-FAST_BY_TOKEN = _FAST.format(column="token_hash", **_RULE, **_CHAIN_LEASES)
-FAST_BY_ID = _FAST.format(column="id", **_RULE, **_CHAIN_LEASES)
-FAST_ONE_BY_TOKEN = _FAST.format(column="token_hash", **_RULE, **_ONE_LEASE)
-FAST_ONE_BY_ID = _FAST.format(column="id", **_RULE, **_ONE_LEASE)
+#: The fast path of a task with a budget (:func:`app.budgets.fast_path.fast_admit`): the
+#: request counted on the task and paid from the holder's lease of each budget of its
+#: chain in one statement, which aborts (nothing written) when a lease cannot pay. By
+#: token and by id, for a chain of one budget and for a longer one.
+FAST_BY_TOKEN = sql.statement("lease_fast_by_token")
+FAST_BY_ID = sql.statement("lease_fast_by_id")
+FAST_ONE_BY_TOKEN = sql.statement("lease_fast_one_by_token")
+FAST_ONE_BY_ID = sql.statement("lease_fast_one_by_id")
+#: The fast path of a task this process has not seen yet, with or without a budget: its
+#: chain read from the counted task (returned as ``lease_chain``, for :func:`remember`).
+FIRST_BY_TOKEN = sql.statement("lease_first_by_token")
+FIRST_BY_ID = sql.statement("lease_first_by_id")
 #: Lease rows examined per sweep.
 SWEEP_BATCH = 500
 
@@ -315,13 +141,7 @@ async def spend(conn: asyncpg.Connection, holder: str, task_id: str, budgets: Se
 
 _chains: dict[str, tuple[str, ...]] = {}
 #: A budget and its ancestors, root first.
-CHAIN = """
-    WITH RECURSIVE up AS (
-        SELECT * FROM budgets WHERE id = $1
-        UNION ALL
-        SELECT b.* FROM budgets b JOIN up ON b.id = up.parent_id
-    ) SELECT * FROM up ORDER BY depth
-"""
+CHAIN = sql.statement("budget_chain")
 
 
 def budgeted(key: str) -> bool | None:

@@ -19,8 +19,9 @@ async def fast_admit(conn: asyncpg.Connection, holder: str, at: datetime, token_
                      request_id: str | None) -> tuple[Any, tuple[WindowKey, ...]] | None:
     """The fast path of a task with no dollar ceiling of its own: in one statement,
     the request counted on the task and paid by the holder's lease of every budget of
-    its chain (``escrow._FAST``; for a task this process has not seen yet, with or
-    without a budget, ``escrow._FIRST_SIGHT``), with its ``admissions`` row under
+    its chain (``lease_fast_*`` of ``app/db/sql/budget_leases.sql``; for a task this
+    process has not seen yet, with or without a budget, ``lease_first_*``), with its
+    ``admissions`` row under
     ``admission_key``. The task's row after counting and the windows it was counted in;
     ``None`` when it did not apply (nothing was written)."""
     key = task_id or token_hash

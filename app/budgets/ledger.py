@@ -54,44 +54,30 @@ from app.budgets.fast_path import fast_admit
 from app.budgets.room import Room
 from app.budgets.rows import BudgetRow, budget_row
 from app.budgets.rules import Verdict, budget_exhausted
-from app.db.pool import RELAXED_COMMIT
+from app.db import sql
 from app.errors import GatewayError
 from app.settings import Settings
 
 __all__ = ["NeedsLease", "Reserved", "WindowKey", "announce", "budgeted", "chain", "fast_admit", "hold_models",
            "lease_slot", "mark_exhausted", "needs_dollars", "remember", "reserve", "settle", "settles_apart", "take"]
 
+# The statements: app/db/sql/budgets.sql (budget_*).
 _CHAIN = escrow.CHAIN
-_RESERVE = (
-    "UPDATE budget_windows w SET admitted_requests = w.admitted_requests + 1,"
-    " reserved_usd = w.reserved_usd + $3"
-    " FROM unnest($1::text[], $2::timestamptz[]) AS k(budget_id, window_start)"
-    " WHERE w.budget_id = k.budget_id AND w.window_start = k.window_start"
-)
+#: The locked path's count: the request and its worst-case dollars in every window.
+_RESERVE = sql.statement("budget_reserve")
 #: The request's ``reservations`` row gives up its budget windows: only the first of
-#: settlement and the sweeper gets them (the row's lock orders the two; NULL: taken).
-_TAKE_HOLD = ("UPDATE reservations SET budget_ids = NULL, budget_window_starts = NULL"
-              " WHERE id = $1 AND budget_ids IS NOT NULL RETURNING id")
+#: settlement and the sweeper gets them.
+_TAKE_HOLD = sql.statement("budget_take_hold")
 #: One window at a time: settlement never holds two window locks, so it can never close a
-#: circle with an admission (which locks the chain root first). Its twin for a one-window
-#: chain without a hold, in the statement that records the response on the task, is
-#: ``_IN_WINDOW`` in :mod:`app.guard.ledger` (the guard cannot import this module): the
-#: two add the same columns.
-_SETTLE = (
-    "UPDATE budget_windows SET input_tokens = input_tokens + $3, output_tokens = output_tokens + $4,"
-    " cost_usd = cost_usd + $5, reserved_usd = GREATEST(reserved_usd - $6, 0)"
-    " {relaxed}WHERE budget_id = $1 AND window_start = $2 RETURNING budget_id, cost_usd"
-)
-#: Durable: a released hold must never be lost while its ``reservations`` row says it was.
-_SETTLE_HOLD = _SETTLE.format(relaxed="")
-#: No hold released (a chain without a dollar ceiling, the escrow lease path): usage only,
-#: committed without waiting for the disk like the task's own usage. A window row every
-#: response of a fleet updates is not held for a disk flush per response.
-_SETTLE_USAGE = _SETTLE.format(relaxed=f"FROM {RELAXED_COMMIT} ")
-_MARK_EXHAUSTED = (
-    "UPDATE budget_windows SET exhausted_at = now() WHERE budget_id = $1 AND window_start = $2"
-    " AND exhausted_at IS NULL RETURNING budget_id"
-)
+#: circle with an admission (which locks the chain root first). Durable when it releases
+#: a hold; without one (the escrow lease path) committed relaxed, like the task's own
+#: usage. Their twin for a one-window chain without a hold is the ``settled`` part of the
+#: guard's ``ledger_*_in_window`` statements (app/db/sql/ledger.sql), which records the
+#: response on the task in the same statement; ``tests/test_sql_budgets.py`` keeps the
+#: columns they add the same.
+_SETTLE_HOLD = sql.statement("budget_settle_hold")
+_SETTLE_USAGE = sql.statement("budget_settle_usage")
+_MARK_EXHAUSTED = sql.statement("budget_mark_exhausted")
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ import asyncpg
 
 from app.admission.ceiling import Decision, decide
 from app.budgets.rules import Verdict
+from app.db import sql
 
 if TYPE_CHECKING:
     from app.budgets.rows import BudgetRow, WindowRow
@@ -50,28 +51,11 @@ MAX_GLOB = 200
 #: One glob's row of a window: ``(budget_id, window_start, glob)``.
 ModelKey = tuple[str, datetime, str]
 
-_LOCK = """
-    WITH row AS (
-        INSERT INTO budget_model_windows AS m (budget_id, window_start, model) VALUES ($1, $2, $3)
-        ON CONFLICT (budget_id, window_start, model) DO UPDATE SET model = EXCLUDED.model RETURNING m.*),
-    pruned AS (
-        DELETE FROM budget_model_holds h WHERE h.budget_id = $1 AND h.window_start = $2 AND h.model = $3
-           AND NOT EXISTS (SELECT 1 FROM reservations r WHERE r.id = h.reservation_id))
-    SELECT row.*, (SELECT coalesce(sum(h.usd), 0) FROM budget_model_holds h
-                     JOIN reservations r ON r.id = h.reservation_id
-                    WHERE h.budget_id = $1 AND h.window_start = $2 AND h.model = $3) AS held_usd
-      FROM row
-"""
-_COUNT = ("UPDATE budget_model_windows m SET admitted_requests = m.admitted_requests + 1"
-          " FROM unnest($1::text[], $2::timestamptz[], $3::text[]) AS k(b, s, g)"
-          " WHERE m.budget_id = k.b AND m.window_start = k.s AND m.model = k.g")
-_HOLD = ("INSERT INTO budget_model_holds (reservation_id, budget_id, window_start, model, usd)"
-         " SELECT $1, b, s, g, $4 FROM unnest($2::text[], $3::timestamptz[], $5::text[]) AS k(b, s, g)"
-         " ON CONFLICT DO NOTHING")
-_SETTLE = ("UPDATE budget_model_windows m SET input_tokens = m.input_tokens + $4, output_tokens = m.output_tokens + $5,"
-           " cost_usd = m.cost_usd + $6"
-           " FROM unnest($1::text[], $2::timestamptz[], $3::text[]) AS k(b, s, g)"
-           " WHERE m.budget_id = k.b AND m.window_start = k.s AND m.model = k.g")
+# The statements: app/db/sql/budgets.sql (budget_model_*).
+_LOCK = sql.statement("budget_model_lock")
+_COUNT = sql.statement("budget_model_count")
+_HOLD = sql.statement("budget_model_hold")
+_SETTLE = sql.statement("budget_model_settle")
 
 
 def glob_problem(glob: Any) -> str | None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from app.db import sql
 from app.db.bounds import storable_json
 from app.db.pool import durable
 from app.errors import STOP_STATUS, GatewayError
@@ -43,27 +44,17 @@ BUDGET_PAUSED = "budget_paused"
 #: The channel a pause is announced on (payload: the budget id), delivered on commit.
 PAUSE_CHANNEL = "taskgate_budget_pause"
 
-_PAUSE = ("UPDATE budgets SET paused_at = now(), paused_by = $2, paused_reason = $3, updated_at = now()"
-          " WHERE id = $1 AND paused_at IS NULL RETURNING *")
-_RESUME = ("UPDATE budgets SET paused_at = NULL, paused_by = NULL, paused_reason = NULL, updated_at = now()"
-           " WHERE id = $1 AND paused_at IS NOT NULL RETURNING *")
-_NOTIFY = f"SELECT pg_notify('{PAUSE_CHANNEL}', $1)"
-_LOCK = "SELECT * FROM budgets WHERE id = $1 FOR UPDATE"
-_EVENT = "INSERT INTO budget_events (budget_id, kind, reason, detail) VALUES ($1, $2, $3, $4) RETURNING id"
+# The statements: app/db/sql/budgets.sql (budget_pause ...).
+_PAUSE = sql.statement("budget_pause")
+_RESUME = sql.statement("budget_resume")
+#: A pause announced on :data:`PAUSE_CHANNEL` (payload: the budget id).
+_NOTIFY = sql.statement("budget_pause_notify")
+_LOCK = sql.statement("budget_lock")
+_EVENT = sql.statement("budget_event")
 #: For each task of ``$1`` (ids) under a paused budget: that budget (the root-most paused
 #: one of its chain), its ``paused_at``, ``paused_by``, ``paused_reason``, and the task's
 #: own budget.
-PAUSED_TASKS = """
-    WITH RECURSIVE up AS (
-        SELECT t.id AS task_id, t.budget_id AS own, b.id, b.parent_id, b.depth, b.paused_at, b.paused_by,
-               b.paused_reason
-          FROM tasks t JOIN budgets b ON b.id = t.budget_id WHERE t.id = ANY($1::text[])
-        UNION ALL
-        SELECT up.task_id, up.own, b.id, b.parent_id, b.depth, b.paused_at, b.paused_by, b.paused_reason
-          FROM budgets b JOIN up ON b.id = up.parent_id)
-    SELECT DISTINCT ON (task_id) task_id, own, id, paused_at, paused_by, paused_reason
-      FROM up WHERE paused_at IS NOT NULL ORDER BY task_id, depth
-"""
+PAUSED_TASKS = sql.statement("budget_paused_tasks")
 
 
 def paused_in(chain: Sequence[BudgetRow]) -> BudgetRow | None:

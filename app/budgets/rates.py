@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from app.db import sql
 from app.errors import GatewayError
 
 if TYPE_CHECKING:
@@ -41,19 +42,12 @@ RATE_LIMITED = "rate_limited"
 #: Minutes a rated budget's rows are kept.
 KEEP_MINUTES = 60
 
-_TAKE = """
-    INSERT INTO budget_rates AS r (budget_id, minute_start, requests) VALUES ($1, $2, 1)
-    ON CONFLICT (budget_id, minute_start) DO UPDATE SET requests = r.requests + 1
-     WHERE ($3::bigint IS NULL OR r.requests < $3) AND ($4::bigint IS NULL OR r.tokens < $4)
-    RETURNING r.requests, (r.xmax = 0) AS fresh
-"""
-_READ = "SELECT requests, tokens FROM budget_rates WHERE budget_id = $1 AND minute_start = $2"
-_PRUNE = "DELETE FROM budget_rates WHERE budget_id = $1 AND minute_start < $2"
-_SETTLE = """
-    INSERT INTO budget_rates AS r (budget_id, minute_start, tokens)
-    SELECT b, $2, $3 FROM unnest($1::text[]) AS b
-    ON CONFLICT (budget_id, minute_start) DO UPDATE SET tokens = r.tokens + EXCLUDED.tokens
-"""
+# The statements: app/db/sql/budgets.sql (budget_rate_*).
+_TAKE = sql.statement("budget_rate_take")
+_READ = sql.statement("budget_rate_read")
+_PRUNE = sql.statement("budget_rate_prune")
+_SETTLE = sql.statement("budget_rate_settle")
+_CURRENT = sql.statement("budget_rate_current")
 
 
 def rated(budget: BudgetRow) -> bool:
@@ -123,6 +117,5 @@ async def settle(conn: asyncpg.Connection, budget_ids: Sequence[str], tokens: in
 
 async def current(conn: asyncpg.Connection, budget_ids: Sequence[str], at: datetime) -> dict[str, Any]:
     """The current minute's row of each of ``budget_ids`` that has one (the admin API)."""
-    rows = await conn.fetch("SELECT * FROM budget_rates WHERE budget_id = ANY($1::text[]) AND minute_start = $2",
-                            list(budget_ids), minute(at))
+    rows = await conn.fetch(_CURRENT, list(budget_ids), minute(at))
     return {r["budget_id"]: r for r in rows}

@@ -38,7 +38,8 @@ N = TypeVar("N", int, Decimal)
 
 #: What each lease the request was paid from has left in its budget's window, in the
 #: ``RETURNING`` of the escrow statements that spend leases (``paid`` in the fast
-#: statements, :data:`app.budgets.escrow.SPEND`), whose ``FROM`` joins the lease's budget
+#: statements, ``lease_spend``; ``app/db/sql/budget_leases.sql`` writes it out in each,
+#: ``tests/test_sql_budgets.py`` checks them against it), whose ``FROM`` joins the lease's budget
 #: as ``b`` and its window as ``w`` (``l``: the lease after this request): the limits, the
 #: window's end, ``room_tokens_left`` and ``room_left``, the requests left:
 #:

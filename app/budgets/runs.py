@@ -28,13 +28,16 @@ import asyncpg
 
 from app.admission.tokens import new_token, token_hash
 from app.budgets.keys import earlier_run_task_ids, run_task_id
+from app.db import sql
 from app.db import tasks as task_rows
 from app.db.bounds import storable_json
 from app.db.pool import durable
 from app.db.schema import tasks as tasks_table
+from app.db.sql import assemble
 from app.errors import fail_closed, unauthorized
 
-_KEY = "SELECT id, budget_id, template FROM budget_keys WHERE key_hash = $1 AND revoked_at IS NULL"
+# The statements: app/db/sql/budgets.sql; the run task's INSERT is a piece (:func:`_insert`).
+_KEY = sql.statement("budget_key_by_hash")
 #: Template fields that are task columns (what POST /admin/tasks takes, minus id and budget).
 _TEMPLATE_COLUMNS = frozenset(tasks_table.c.keys()) - {
     "id", "token_hash", "budget_id", "metadata", "status", "stop_reason", "stop_detail", "stopped_at"}
@@ -83,19 +86,17 @@ async def require_key(pool: asyncpg.Pool, key: str) -> BudgetKey:
 
 
 def _insert(values: dict[str, Any]) -> str:
-    """Insert ``values`` unless one of the run's earlier tasks (parameters after the
-    values: their ids, ``text[]``, the budget, the key id) exists and belongs to the key."""
-    n = len(values)
-    return (f"INSERT INTO tasks ({', '.join(values)}) SELECT {', '.join(f'${i}' for i in range(1, n + 1))}"
-            f" WHERE NOT EXISTS (SELECT 1 FROM tasks WHERE id = ANY(${n + 1}::text[]) AND budget_id = ${n + 2}"
-            f" AND metadata->>'budget_key' = ${n + 3}) ON CONFLICT (id) DO NOTHING RETURNING id")
+    """Insert ``values`` (task columns: fixed names) unless one of the run's earlier tasks
+    (the parameters before the values: their ids, ``text[]``, the budget, the key id)
+    exists and belongs to the key (``budget_run_task_insert``, a piece filled by
+    :func:`app.db.sql.assemble.fill`: its columns are the key template's fields)."""
+    return assemble.fill("budget_run_task_insert", columns=", ".join(values),
+                         values=", ".join(f"${n}" for n in range(4, len(values) + 4)))
 
 
 #: Nothing inserted: the run's task (preferred), else the newest of its earlier tasks
 #: that is the key's.
-_EXISTING = ("SELECT id FROM tasks WHERE id = $1"
-             " OR (id = ANY($2::text[]) AND budget_id = $3 AND metadata->>'budget_key' = $4)"
-             " ORDER BY id = $1 DESC, array_position($2::text[], id) LIMIT 1")
+_EXISTING = sql.statement("budget_run_existing")
 
 
 async def ensure_run_task(pool: asyncpg.Pool, key: BudgetKey, run: str, default_request_limit: int,
@@ -116,7 +117,7 @@ async def ensure_run_task(pool: asyncpg.Pool, key: BudgetKey, run: str, default_
     values.update(id=task_id, token_hash=token_hash(new_token()))
     with fail_closed("run task creation"):
         async with pool.acquire() as conn, conn.transaction():
-            used = await conn.fetchval(_insert(values), *values.values(), *earlier)
+            used = await conn.fetchval(_insert(values), *earlier, *values.values())
             if used is not None:
                 await durable(conn)
                 await task_rows.add_event(conn, task_id, "created", None, event, request_id=request_id)

@@ -36,7 +36,8 @@ import asyncpg
 
 from app import events
 from app.admission.cost import dollars
-from app.budgets import escrow, pause
+from app.budgets import pause
+from app.db import sql
 
 #: Percents of each limit announced when a budget lists none.
 DEFAULT: tuple[float, ...] = (50.0, 80.0, 95.0)
@@ -47,22 +48,11 @@ ACTIVE_S = 10.0
 #: The limits a threshold applies to, and what each counts, in words.
 LIMITS = (("request_limit", "requests"), ("token_limit", "tokens"), ("cost_limit_usd", "dollars"))
 
+# The statements: app/db/sql/budgets.sql.
 #: The current window (``$1``: the gateway's window clock) of every budget with a limit:
 #: what it used, what is held, and the thresholds already announced in it.
-_CURRENT = f"""
-    SELECT b.id, b.request_limit, b.token_limit, b.cost_limit_usd, b.thresholds, w.window_start, w.window_end,
-           w.admitted_requests + s.spent AS admitted, w.leased_requests - s.spent AS leased,
-           w.input_tokens + w.output_tokens AS tokens, w.cost_usd, w.reserved_usd,
-           (SELECT coalesce(array_agg(x.limit_name || ':' || x.threshold), '{{}}') FROM budget_warnings x
-             WHERE x.budget_id = w.budget_id AND x.window_start = w.window_start) AS announced
-      FROM budgets b JOIN budget_windows w ON w.budget_id = b.id,
-           LATERAL (SELECT {escrow.LEASE_SPENT} AS spent) s
-     WHERE (b.request_limit IS NOT NULL OR b.token_limit IS NOT NULL OR b.cost_limit_usd IS NOT NULL)
-       AND coalesce(cardinality(b.thresholds), 1) > 0
-       AND w.window_start <= $1 AND (w.window_end IS NULL OR $1 < w.window_end)
-"""
-_WARN = ("INSERT INTO budget_warnings (budget_id, window_start, limit_name, threshold) VALUES ($1, $2, $3, $4)"
-         " ON CONFLICT DO NOTHING RETURNING crossed_at")
+_CURRENT = sql.statement("budget_thresholds_current")
+_WARN = sql.statement("budget_warn")
 
 
 @dataclass(frozen=True, slots=True)

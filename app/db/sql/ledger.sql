@@ -11,8 +11,8 @@
 -- - answer: a text answer's run of identical answers (app.guard.conversations.ANSWER_OF_TASK);
 -- - settled: the usage into the one budget window the request was admitted in, when no
 --   hold is released (the escrow lease path), after the task's row (the order admission
---   locks in); the columns are those _SETTLE in app.budgets.ledger adds (its twin for every
---   other chain);
+--   locks in); the columns are those budget_settle_usage (budgets.sql) adds, its twin
+--   for every other chain (tests/test_sql_budgets.py keeps them the same);
 -- - the history window as taskgate_record_response returns it (app.guard.ledger_rows).
 -- tests/test_sql_home.py checks every copy against the fragment its module still builds.
 
