@@ -7,14 +7,14 @@
 --   admin may have released it); the UPDATE commits relaxed (app.db.pool.RELAXED_COMMIT:
 --   synchronous_commit off without synchronous standbys, else the session's own);
 -- - spent: the request's tokens and dollars into its task's spend_daily row of the day
---   (app.db.spend.spent; model NULL: not an admitted request, nothing written);
--- - answer: a text answer's run of identical answers (app.guard.conversations.ANSWER_OF_TASK);
+--   (app.db.spend; model NULL: not an admitted request, nothing written);
+-- - answer: a text answer's run of identical answers (app.guard.conversation_rules.answer_repeats);
 -- - settled: the usage into the one budget window the request was admitted in, when no
 --   hold is released (the escrow lease path), after the task's row (the order admission
 --   locks in); the columns are those budget_settle_usage (budgets.sql) adds, its twin
 --   for every other chain (tests/test_sql_budgets.py keeps them the same);
 -- - the history window as taskgate_record_response returns it (app.guard.ledger_rows).
--- tests/test_sql_home.py checks every copy against the fragment its module still builds.
+-- tests/test_sql_home.py checks every copy against one composition of the shared parts.
 
 -- name: ledger_insert_calls
 -- A request's or response's tool calls as pending rows, one statement per batch (arrays
