@@ -59,6 +59,8 @@ def _text_of(content: Any) -> tuple[str, bool]:
             pieces.append(part)
         elif isinstance(part, dict):
             kind = part.get("type", "text")
+            if not isinstance(kind, str):  # agent JSON: a list here is unhashable, not a part type
+                continue
             if kind in _STRUCTURED_PARTS:
                 structured = True
             elif kind in _TEXT_PARTS and isinstance(part.get("text"), str):

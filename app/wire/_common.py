@@ -69,7 +69,7 @@ def flatten_output(content: Any) -> str:
             elif (
                 isinstance(part, dict)
                 and isinstance(part.get("text"), str)
-                and part.get("type", "text") in _TEXT_PART_TYPES
+                and as_str(part.get("type", "text")) in _TEXT_PART_TYPES
             ):
                 pieces.append(part["text"])
             else:

@@ -151,7 +151,7 @@ class ResponsesFormat:
             summary.tool_calls = [
                 _tool_call(item)
                 for item in output
-                if isinstance(item, dict) and item.get("type") in CALL_TYPES
+                if isinstance(item, dict) and as_str(item.get("type")) in CALL_TYPES
             ]
         summary.usage = responses_usage(body.get("usage"))
         return summary

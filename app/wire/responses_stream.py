@@ -134,7 +134,7 @@ class ResponsesObserver:
                 return EventKind.DATA
             obj = self._parse(obj, data)
             item = obj.get("item") if obj is not None else None
-            if not isinstance(item, dict) or item.get("type") not in CALL_TYPES:
+            if not isinstance(item, dict) or as_str(item.get("type")) not in CALL_TYPES:
                 return EventKind.DATA
             self._item(item, obj.get("output_index"), final=name == _ITEM_DONE)
             return EventKind.DATA
@@ -231,5 +231,5 @@ class ResponsesObserver:
         output = response.get("output")
         if isinstance(output, list):
             for index, item in enumerate(output):
-                if isinstance(item, dict) and item.get("type") in CALL_TYPES:
+                if isinstance(item, dict) and as_str(item.get("type")) in CALL_TYPES:
                     self._item(item, index, final=True)
