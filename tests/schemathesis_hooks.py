@@ -41,3 +41,25 @@ def spend_days(ctx: schemathesis.HookContext, query: dict | None) -> dict | None
     if last is not None and not timedelta(0) <= last - first <= timedelta(days=365):
         return {**query, "to": first.isoformat()}
     return query
+
+
+@schemathesis.hook("map_case").apply_to(path_regex=r"^/admin/budgets(/\{budget_id\})?$")
+def distinct_globs(ctx: schemathesis.HookContext, case: schemathesis.Case) -> schemathesis.Case:
+    """A budget's ``model_limits``: each glob once (what JSON Schema cannot say of a list of
+    objects: ``uniqueItems`` compares whole entries). Later entries of a glob already listed
+    are dropped; anything that is not such a list is left alone (a negative case). A case
+    hook, because the coverage phase applies those (not body hooks)."""
+    body = case.body
+    if not isinstance(body, dict) or not isinstance(body.get("model_limits"), list):
+        return case
+    seen: set[str] = set()
+    kept = []
+    for entry in body["model_limits"]:
+        glob = entry.get("model") if isinstance(entry, dict) else None
+        if isinstance(glob, str) and glob in seen:
+            continue
+        if isinstance(glob, str):
+            seen.add(glob)
+        kept.append(entry)
+    case.body = {**body, "model_limits": kept}
+    return case

@@ -37,9 +37,13 @@ def _distinct(values: list[float] | None) -> list[float] | None:
 class ModelLimit(BaseModel):
     """A limit for the models matching one glob, inside the budget's totals, per window."""
 
-    model_config = ConfigDict(extra="forbid")
-    model: str = Field(..., description="A model glob (fnmatch: *, ?, [abc]), e.g. \"gpt-4.1*\", matched against "
-                       "the model a request names.")
+    #: the schema says what _limits_something checks: at least one of the two limits, not null
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"anyOf": [
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in ("cost_limit_usd", "token_limit")]})
+    model: str = Field(..., min_length=1, max_length=model_limits.MAX_GLOB, pattern=model_limits.GLOB_PATTERN,
+                       description="A model glob (fnmatch: *, ?, [abc]), e.g. \"gpt-4.1*\", matched against "
+                       "the model a request names; printable ASCII without spaces.")
     cost_limit_usd: Dollars | None = Field(None, description="US dollars of its requests per window (worst case "
                                            "reserved before dispatch, settled after).")
     token_limit: Count | None = Field(None, description="Input + output tokens upstream reported for its requests "

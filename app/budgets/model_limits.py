@@ -58,17 +58,26 @@ _HOLD = sql.statement("budget_model_hold")
 _SETTLE = sql.statement("budget_model_settle")
 
 
+#: :func:`glob_problem`'s rule as a JSON Schema ``pattern`` (the admin API publishes it, so
+#: generated clients and schemathesis know which globs are valid): printable ASCII without
+#: spaces, ``[`` only opening a class that a ``]`` closes (after ``[`` or ``[!`` a ``]`` is the
+#: class's first member, as fnmatch reads it).
+GLOB_PATTERN = r'^(?:[!-Z\\-~]|\[(?:!(?:\][!-\\^-~]*|[!-\\^-~]+)|\][!-\\^-~]*|["-\\^-~][!-\\^-~]*)\])+$'
+
+
 def glob_problem(glob: Any) -> str | None:
     """Why ``glob`` is not a model glob, in a sentence, or ``None``: 1 to
-    :data:`MAX_GLOB` printable characters without spaces, every ``[`` closed by a ``]``
-    (``*``, ``?``, ``[abc]``, ``[!abc]`` as :mod:`fnmatch` reads them). Pure."""
+    :data:`MAX_GLOB` printable ASCII characters without spaces, every ``[`` closed by a
+    ``]`` (``*``, ``?``, ``[abc]``, ``[!abc]`` as :mod:`fnmatch` reads them); the same
+    rule as :data:`GLOB_PATTERN`, which the admin API's schema publishes. Pure."""
     if not isinstance(glob, str) or not glob:
         return "a model glob must be a non-empty string, e.g. 'gpt-4.1*'"
     if len(glob) > MAX_GLOB:
         return f"a model glob is at most {MAX_GLOB} characters"
-    bad = next((c for c in glob if c.isspace() or not c.isprintable()), None)
+    bad = next((c for c in glob if not "!" <= c <= "~"), None)
     if bad is not None:
-        return f"model glob {glob!r} holds {bad!r}: spaces and control characters never occur in a model name"
+        return (f"model glob {glob!r} holds {bad!r}: a model glob is printable ASCII (spaces and control "
+                "characters never occur in a model name)")
     i = 0
     while i < len(glob):
         if glob[i] == "[":
