@@ -150,7 +150,14 @@ async def _traffic(jobs: list[tuple[str, dict[str, str], str, bool]]) -> list[ht
 
 
 def _page(api: httpx.Client, **params: object) -> dict:
-    r = api.get("/admin/spend", params=params)
+    """One page of the export; a 503 (the gateway could not finish the query in its database
+    timeout: seen twice on a loaded 2-core machine, right after the traffic) is retried as its
+    retry-after says, at most 3 times."""
+    for _ in range(3):
+        r = api.get("/admin/spend", params=params)
+        if r.status_code != 503:
+            break
+        time.sleep(float(r.headers.get("retry-after", "1")))
     assert r.status_code == 200, r.text
     return r.json()
 
