@@ -19,7 +19,7 @@ from rich.table import Column, Table
 from app.admission.cost import dollars
 from app.cli import render
 from app.cli.client import AdminClient, JsonObject
-from app.cli.tasks import Command, OptionalNumber, admin_command, limit_options, limits_body
+from app.cli.tasks import Command, OptionalNumber, admin_command, limit_options, limits_body, thresholds_body
 
 
 def _limit_options(fn: Command) -> Command:
@@ -62,21 +62,6 @@ def _rates(requests_per_minute: Any, tokens_per_minute: Any, model_limit: tuple[
     if model_limit:
         body["model_limits"] = [] if model_limit == ("none",) else [_model_limit(t) for t in model_limit]
     return body
-
-
-def _thresholds(text: str | None) -> dict[str, Any]:
-    """``--thresholds``: "50,80,95" (percents), "none" (no warnings) or "default"."""
-    if text is None:
-        return {}
-    if text.strip().lower() in ("none", ""):
-        return {"thresholds": []}
-    if text.strip().lower() == "default":
-        return {"thresholds": None}
-    try:
-        return {"thresholds": [float(t) for t in text.split(",")]}
-    except ValueError:
-        raise click.BadParameter(f"{text!r}: percents separated by commas, e.g. 50,80,95 (or none, default)",
-                                 param_hint="--thresholds") from None
 
 
 _THRESHOLDS_HELP = "Warning thresholds: percents of each limit, e.g. 50,80,95 (the default); 'none' for no warnings."
@@ -186,7 +171,7 @@ def create(api: AdminClient, as_json: bool, budget_id: str | None, parent: str |
            **rates: Any) -> None:
     """Create a budget."""
     body: dict[str, Any] = {"window": window, "timezone": timezone, **_limits(request_limit, token_limit, cost_limit),
-                            **_thresholds(thresholds), **_rates(**rates)}
+                            **thresholds_body(thresholds), **_rates(**rates)}
     if budget_id:
         body["id"] = budget_id
     if parent:
@@ -204,7 +189,7 @@ def create(api: AdminClient, as_json: bool, budget_id: str | None, parent: str |
 def update(api: AdminClient, as_json: bool, budget_id: str, thresholds: str | None, request_limit: Any,
            token_limit: Any, cost_limit: Any, **rates: Any) -> None:
     """Change a budget's limits, rates or model limits ('none' removes one) or its warning thresholds."""
-    body = {**_limits(request_limit, token_limit, cost_limit), **_thresholds(thresholds), **_rates(**rates)}
+    body = {**_limits(request_limit, token_limit, cost_limit), **thresholds_body(thresholds), **_rates(**rates)}
     if not body:
         raise click.UsageError("give at least one limit or --thresholds to change")
     b = api.request("PATCH", f"/admin/budgets/{budget_id}", json=body)

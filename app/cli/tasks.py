@@ -100,7 +100,7 @@ def thresholds_body(text: str | None) -> dict[str, Any]:
     try:
         return {"thresholds": [float(t) for t in text.split(",")]}
     except ValueError:
-        raise click.BadParameter(f"{text!r}: give percents separated by commas, e.g. 50,80,95",
+        raise click.BadParameter(f"{text!r}: percents separated by commas, e.g. 50,80,95 (or none, default)",
                                  param_hint="--thresholds") from None
 
 
