@@ -82,7 +82,7 @@ tasks = Table(
     # holding a gateway note their next request carries
     Column("strikes", Integer, nullable=False, server_default=text("0")),
     Column("pending_notes", Integer, nullable=False, server_default=text("0")),
-    # warning thresholds (migration 0022): percents of each limit; NULL: 50, 80, 95
+    # warning thresholds (migration 0021): percents of each limit; NULL: 50, 80, 95
     Column("thresholds", ARRAY(Float)),
 )
 
@@ -298,7 +298,7 @@ budget_warnings = Table(
     Column("crossed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
-#: Warning thresholds a task crossed (migration 0022): one row per task, limit, limit value
+#: Warning thresholds a task crossed (migration 0021): one row per task, limit, limit value
 #: and threshold (raising a limit re-arms), inserted ON CONFLICT DO NOTHING by whichever
 #: process sees the crossing first.
 task_warnings = Table(

@@ -9,7 +9,7 @@
   window: the limit's value is in the key, so raising (or lowering) a limit re-arms its
   thresholds. Deleted with its task.
 
-Revision ID: 0022
+Revision ID: 0021
 Revises: 0020
 Create Date: 2026-12-04
 """
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import ARRAY
 
-revision = "0022"
+revision = "0021"
 down_revision = "0020"
 branch_labels = None
 depends_on = None
