@@ -144,9 +144,14 @@ SELECT coalesce(sum(s.requests), 0)::bigint AS requests, coalesce(sum(s.input_to
   FROM spend_daily s{joins} WHERE s.day BETWEEN $1 AND $2{group} LIMIT $3 OFFSET $4;
 
 -- name: spend_chain
--- A piece: each budget with itself and its ancestors (rollup): a budget's row holds its
--- nested budgets'.
+-- A piece: each budget that spent in the days $1 to $2 with itself and its ancestors
+-- (rollup): a budget's row holds its nested budgets'. UNION, not UNION ALL: each pair
+-- once, so a parent cycle written past the API (a budget made its own parent) ends the
+-- walk instead of looping until the statement timeout (and counts nothing twice);
+-- budgets without spend in the range are not walked.
 WITH RECURSIVE chain(budget_id, rollup) AS (
-  SELECT id, id FROM budgets
-  UNION ALL
-  SELECT c.budget_id, b.parent_id FROM chain c JOIN budgets b ON b.id = c.rollup WHERE b.parent_id IS NOT NULL)
+  SELECT s.budget_id, s.budget_id FROM spend_daily s
+   WHERE s.day BETWEEN $1 AND $2 AND s.budget_id IS NOT NULL
+  UNION
+  SELECT c.budget_id, b.parent_id FROM chain c JOIN budgets b ON b.id = c.rollup
+   WHERE b.parent_id IS NOT NULL)
