@@ -179,7 +179,7 @@ def _wait_settled(api: httpx.Client, by: str, ids: list[str], requests: int, tod
     """Until the requests of the budgets or tasks (``by``) ``ids`` are all in the spend record
     (settled after their last byte)."""
     deadline = time.monotonic() + timeout
-    params = {"group_by": by, "from": (today - timedelta(days=1)).isoformat()}
+    params = {"group_by": by, "from": (today - timedelta(days=1)).isoformat(), "limit": 10_000}
     while sum(r["requests"] for r in _page(api, **params)["data"] if r[by] in ids) < requests:
         assert time.monotonic() < deadline, _page(api, **params)
         time.sleep(0.1)
@@ -220,7 +220,7 @@ def test_the_export_matches_the_budgets_to_the_cent_after_concurrent_traffic(gat
     days = {"from": (today - timedelta(days=1)).isoformat(), "to": today.isoformat()}
     budgets = {b: api.get(f"/admin/budgets/{b}").json()["current"] for b in (team, dollars, leased, solo)}
     assert all(w["reserved_usd"] == 0 for w in budgets.values())  # every hold released
-    by_budget = {r["budget"]: r for r in _page(api, group_by="budget", **days)["data"]}
+    by_budget = {r["budget"]: r for r in _page(api, group_by="budget", limit=10_000, **days)["data"]}
     windows = {r["budget_id"]: r for r in sql(database_url, "SELECT * FROM budget_windows WHERE budget_id = ANY($1)",
                                                list(budgets))}
     for b, current in budgets.items():
@@ -231,9 +231,11 @@ def test_the_export_matches_the_budgets_to_the_cent_after_concurrent_traffic(gat
         assert round(Decimal(row["cost_usd"]), 2) == round(Decimal(str(current["cost_usd"])), 2), b
     assert by_budget[team]["requests"] == by_budget[dollars]["requests"] + by_budget[leased]["requests"] == 56
     # the session's database holds other tests' tasks too: what follows reads only this test's
-    ours = [t for t in api.get("/admin/tasks", params={"limit": 1000}).json()["data"]
-            if t["budget"] in budgets or t["id"] == lone["id"]]
-    by_task = {r["task"]: r for r in _page(api, group_by="task", **days)["data"]}
+    # (and whole exports, limit=10_000: a default page may end before them)
+    ours = [api.get(f"/admin/tasks/{lone['id']}").json()]
+    for b in (dollars, leased, solo):  # the key's run task included
+        ours += api.get("/admin/tasks", params={"budget": b, "limit": 1000}).json()["data"]
+    by_task = {r["task"]: r for r in _page(api, group_by="task", limit=10_000, **days)["data"]}
     assert by_task[lone["id"]]["requests"] == 24  # the task without a budget
     for t in ours:
         if t["admitted_requests"]:
@@ -245,11 +247,12 @@ def test_the_export_matches_the_budgets_to_the_cent_after_concurrent_traffic(gat
     assert total["data"][0] == total["total"]  # the fleet: these tasks and the test above's
     assert total["total"]["requests"] == sum(r["requests"] for r in by_task.values())
     models: dict[str, int] = {}
-    for r in _page(api, group_by="task,model", **days)["data"]:
+    for r in _page(api, group_by="task,model", limit=10_000, **days)["data"]:
         if r["task"] in {t["id"] for t in ours}:
             models[r["model"]] = models.get(r["model"], 0) + r["requests"]
     assert (models[TEXT], models[TOOL], models[ERROR]) == (48, 48, 8)
-    runs = {(r["budget"], r["run"]): r["requests"] for r in _page(api, group_by="budget,run", **days)["data"]}
+    runs = {(r["budget"], r["run"]): r["requests"]
+            for r in _page(api, group_by="budget,run", limit=10_000, **days)["data"]}
     assert runs[(solo, "nightly-7")] == 12 and runs[(solo, None)] == 12
 
     # pages (a next link), CSV and JSON lines hold the same rows
