@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
-from app.admin.schemas import Count, Dollars, PositiveCount, TaskLimits
+from app.admin.schemas import Count, Dollars, PositiveCount, TaskLimits, WarningPercent, distinct_percents
 from app.budgets import model_limits
 from app.budgets.windows import timezone_names, zone
 from app.db.bounds import SafeJsonObject, SafeText
@@ -24,14 +24,6 @@ BudgetId = Annotated[str, StringConstraints(pattern=BUDGET_ID_PATTERN)]
 KEY_ID_PATTERN = r"^key_[0-9a-f]{16}$"
 #: How deep budgets nest (a root is depth 1: org > team > project > sub-project).
 MAX_DEPTH = 4
-
-
-#: A warning threshold: percent of a limit, above 0 and at most 100.
-Percent = Annotated[float, Field(gt=0, le=100, allow_inf_nan=False, strict=True)]
-
-
-def _distinct(values: list[float] | None) -> list[float] | None:
-    return sorted(set(values)) if values is not None else None
 
 
 class ModelLimit(BaseModel):
@@ -74,7 +66,7 @@ class BudgetLimits(BaseModel):
     """A budget's ceilings; ``null`` means none. Any subset."""
 
     model_config = ConfigDict(extra="forbid")
-    thresholds: list[Percent] | None = Field(
+    thresholds: list[WarningPercent] | None = Field(
         None, max_length=10, description="Warning thresholds: percents of each limit (above 0, at most 100, at "
         "most 10; repeated ones count once) whose crossing in a window is announced once (webhook "
         "budget.threshold, the "
@@ -83,7 +75,7 @@ class BudgetLimits(BaseModel):
     @field_validator("thresholds")
     @classmethod
     def _distinct_thresholds(cls, v: list[float] | None) -> list[float] | None:
-        return _distinct(v)
+        return distinct_percents(v)
 
     request_limit: Count | None = Field(
         None, description="Admitted requests of all its tasks (and its descendants' tasks) per window.")

@@ -64,6 +64,11 @@ else:
 #: A warning threshold: percent of a limit, above 0 and at most 100.
 WarningPercent = Annotated[float, Field(gt=0, le=100, allow_inf_nan=False, strict=True)]
 
+
+def distinct_percents(values: list[float] | None) -> list[float] | None:
+    """Warning thresholds in ascending order, each once (``None`` stays ``None``)."""
+    return sorted(set(values)) if values is not None else None
+
 ToolName = Annotated[SafeText, StringConstraints(min_length=1, max_length=256)]
 #: A regular expression in Python ``re`` syntax (JSON Schema's ``regex`` format is ECMA-262).
 Pattern = Annotated[SafeText, StringConstraints(min_length=1, max_length=1000),
@@ -185,7 +190,7 @@ class TaskLimits(BaseModel):
     @field_validator("thresholds")
     @classmethod
     def _distinct_thresholds(cls, v: list[float] | None) -> list[float] | None:
-        return sorted(set(v)) if v is not None else None
+        return distinct_percents(v)
 
 
 class TaskCreate(TaskLimits):
