@@ -1,0 +1,221 @@
+"""Memory per open stream, taskgate beside the bare relay, in alternating rounds.
+
+``python -m bench.stream_memory`` measures what the suite's ``memory`` figure measures
+(:func:`bench.scenarios.memory`: a *fresh* proxy process, warmed, ``--streams`` streams
+opened at once and held by the upstream after their first content delta; per stream =
+(RSS with them open − RSS before) ÷ streams still open), for taskgate on an embedded
+PostgreSQL and for the bare relay (:mod:`bench.bare_relay`) in the same run, with one
+fresh process of each per round, in a rotating order (the machine's noise falls on
+both). Prints each round's KiB per stream and, at the end, the medians and the ratio
+taskgate ÷ bare relay.
+
+Options:
+
+- ``--baseline REV``: also measure the gateway of git revision ``REV`` (its ``app/``
+  exported with ``git archive`` into the scratch directory, the working tree untouched)
+  as a third path in every round: before/after of a change in one run.
+- ``--tracemalloc``: instead of RSS, the Python allocations per stream in the gateway
+  (``tracemalloc``, 1 frame, started before ``app`` is imported): the sites whose
+  allocated size grew most between the warmed process and the process holding the
+  streams, in bytes per open stream (``--top`` lines; ``--group traceback`` for 6-frame
+  sites, slower). tracemalloc's own overhead is not in these figures.
+
+The gateway runs as ``python -m bench.stream_memory serve ARGS…`` (``app.cli serve``
+with the tracemalloc hook installed when ``BENCH_TRACEMALLOC_OUT`` is set; ``SIGUSR1``
+writes a snapshot to that path). About 20 s of set-up, then ~10 s per path and round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path as FsPath
+from typing import Any
+
+from bench import bare_relay, scenarios
+from bench.config import quick
+from bench.metrics import rss_bytes
+from bench.paths import Path
+from bench.services import REPO, Service, create_tasks, embedded_database, start_gateway, start_upstream
+from bench.upstream import model_name
+
+
+def _serve() -> None:
+    """``serve ARGS…``: ``app.cli serve ARGS…``, with a tracemalloc snapshot on SIGUSR1
+    when ``BENCH_TRACEMALLOC_OUT`` names a file."""
+    out = os.environ.get("BENCH_TRACEMALLOC_OUT")
+    if out:
+        import tracemalloc
+
+        tracemalloc.start(int(os.environ.get("BENCH_TRACEMALLOC_FRAMES", "1")))
+
+        def dump(*_: object) -> None:
+            tracemalloc.take_snapshot().dump(out + ".tmp")
+            os.replace(out + ".tmp", out)
+
+        signal.signal(signal.SIGUSR1, dump)
+    from app.cli import main as cli_main
+
+    sys.argv = ["app.cli", *sys.argv[1:]]
+    cli_main()
+
+
+def _snapshot(svc: Service, out: FsPath, timeout_s: float = 60.0) -> Any:
+    """Ask the gateway ``svc`` for a tracemalloc snapshot and load it."""
+    import tracemalloc
+
+    out.unlink(missing_ok=True)
+    os.kill(svc.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + timeout_s
+    while not out.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("no tracemalloc snapshot from the gateway")
+        time.sleep(0.1)
+    return tracemalloc.Snapshot.load(str(out))
+
+
+def hold(port: int, tokens: list[str], streams: int, *, on_open: Any = None,
+         settle_s: float = 1.0, open_timeout_s: float = 25.0) -> dict[str, Any]:
+    """Open ``streams`` held streams on the proxy at ``port`` (``tokens`` spread over
+    them), call ``on_open()`` after ``settle_s`` and close them. Returns ``open`` (streams
+    still open when ``on_open`` ran) and ``on_open``'s result as ``held``."""
+    from bench.driver import run_load
+
+    cfg = quick()
+    spec = Path("probe", port=port, hot_token=tokens[0], spread_tokens=tokens).spec(
+        mode="hold", streams=streams, connect_concurrency=100,
+        body={"kind": "chat", "model": model_name(2, cfg.chunk_size, hold_s=90.0), "stream": True},
+        open_timeout_s=open_timeout_s, hold_timeout_s=30.0)
+
+    def opened(msg: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(settle_s)
+        return {"value": on_open() if on_open else None, "open": msg}
+
+    result = run_load(spec, None, on_open=opened, timeout_s=open_timeout_s + 60)
+    held = result.get("held", {})
+    return {"open": held.get("open", {}).get("still_open", 0), "held": held.get("value"), "result": result}
+
+
+def per_stream_kib(svc: Service, tokens: list[str], streams: int) -> tuple[float | None, int]:
+    """(RSS with ``streams`` open − RSS before) ÷ streams open, KiB; and streams open."""
+    cfg = quick()
+    scenarios.warm(svc.port, tokens[0], cfg)
+    time.sleep(0.5)
+    before = rss_bytes(svc.pid)
+    got = hold(svc.port, tokens, streams, on_open=lambda: rss_bytes(svc.pid))
+    n = got["open"]
+    return ((got["held"] - before) / n / 1024 if n and got["held"] else None), n
+
+
+def _export(rev: str, into: FsPath) -> FsPath:
+    """``app/`` of git revision ``rev`` in ``into`` (``git archive``; nothing in the repo changes)."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", rev, "app"], cwd=REPO, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    # bench.stream_memory serve must import too: the current bench, the old app
+    os.symlink(REPO / "bench", into / "bench")
+    return into
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["serve"]:
+        sys.argv = [sys.argv[0], *args_in]
+        _serve()
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m bench.stream_memory", description=__doc__.split("\n")[0])
+    parser.add_argument("--streams", type=int, default=1000, help="streams held at once (default 1,000)")
+    parser.add_argument("--rounds", type=int, default=3, help="fresh processes per path (default 3)")
+    parser.add_argument("--tasks", type=int, default=200, help="tasks the streams are spread over (default 200)")
+    parser.add_argument("--baseline", metavar="REV", help="also measure the gateway of this git revision")
+    parser.add_argument("--no-bare", action="store_true", help="skip the bare relay")
+    parser.add_argument("--tracemalloc", action="store_true", help="Python allocations per stream instead of RSS")
+    parser.add_argument("--group", default="lineno", choices=("lineno", "traceback", "filename"))
+    parser.add_argument("--top", type=int, default=30)
+    args = parser.parse_args(args_in)
+
+    with ExitStack() as stack:
+        tmp = FsPath(stack.enter_context(tempfile.TemporaryDirectory(prefix="taskgate-streammem-")))
+        upstream = start_upstream(tmp)
+        stack.callback(upstream.stop)
+        url = stack.enter_context(embedded_database(tmp / "pg"))
+        setup = start_gateway("setup", url, upstream, tmp)
+        try:
+            tokens = create_tasks(setup, args.tasks)
+        finally:
+            setup.stop()
+        paths: dict[str, dict[str, str]] = {"taskgate": {}}
+        if args.baseline:
+            old = _export(args.baseline, tmp / "baseline")
+            paths[f"taskgate@{args.baseline}"] = {"PYTHONPATH": str(old)}
+        if args.tracemalloc:
+            return _tracemalloc(paths, url, upstream, tmp, tokens, args)
+        if not args.no_bare:
+            paths["bare relay"] = {}
+        figures: dict[str, list[float]] = {k: [] for k in paths}
+        keys = list(paths)
+        for r in range(args.rounds):
+            order = keys[r % len(keys):] + keys[:r % len(keys)]
+            for key in order:
+                if key == "bare relay":
+                    svc = bare_relay.start(upstream, tmp)
+                else:
+                    svc = start_gateway("gateway", url, upstream, tmp, module="bench.stream_memory",
+                                        extra_env=paths[key])
+                try:
+                    kib, n = per_stream_kib(svc, tokens, args.streams)
+                finally:
+                    svc.stop()
+                if kib is not None:
+                    figures[key].append(kib)
+                print(f"round {r + 1} {key}: {kib if kib is None else round(kib, 2)} KiB/stream ({n} open)",
+                      flush=True)
+        medians = {k: statistics.median(v) for k, v in figures.items() if v}
+        for k, v in medians.items():
+            print(f"{k}: median {v:.2f} KiB/stream over {len(figures[k])} rounds "
+                  f"({', '.join(f'{x:.2f}' for x in figures[k])})")
+        if "bare relay" in medians:
+            for k in paths:
+                if k != "bare relay" and k in medians:
+                    print(f"{k} ÷ bare relay: {medians[k] / medians['bare relay']:.3f}")
+    return 0
+
+
+def _tracemalloc(paths: dict[str, dict[str, str]], url: str, upstream: Service, tmp: FsPath,
+                 tokens: list[str], args: argparse.Namespace) -> int:
+    frames = "6" if args.group == "traceback" else "1"
+    for key, env in paths.items():
+        out = tmp / f"{key.replace('@', '-')}.snapshot"
+        svc = start_gateway("gateway-tm", url, upstream, tmp, module="bench.stream_memory",
+                            extra_env={**env, "BENCH_TRACEMALLOC_OUT": str(out), "BENCH_TRACEMALLOC_FRAMES": frames})
+        try:
+            scenarios.warm(svc.port, tokens[0], quick())
+            time.sleep(0.5)
+            before = _snapshot(svc, out)
+            got = hold(svc.port, tokens, args.streams, on_open=lambda: _snapshot(svc, out))
+            during = got["held"]
+        finally:
+            svc.stop()
+        n = got["open"]
+        if during is None or not n:
+            print(f"{key}: no streams held")
+            continue
+        stats = during.compare_to(before, args.group)
+        total = sum(s.size_diff for s in stats)
+        print(f"\n{key}: {n} streams open, {total / n:.0f} B of Python allocations per stream")
+        for s in stats[:args.top]:
+            where = s.traceback.format(limit=6 if args.group == "traceback" else 1)
+            print(f"{s.size_diff / n:8.0f} B  {s.count_diff / n:6.2f} blocks  " + " <- ".join(
+                line.strip() for line in where if not line.startswith("    ")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
