@@ -11,13 +11,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from app.guard.conversation_rules import (
-    ConversationLimits,
-    conversation_breach,
-    explain_conversation,
-    repeated_response,
-)
-from app.guard.detector import OK, Action, CallRecord, Thresholds, detect, explain
+from app.admission.stop_sentences import explain
+from app.guard.conversation_rules import ConversationLimits, conversation_breach, repeated_response
+from app.guard.detector import OK, Action, CallRecord, Thresholds, detect
 from app.guard.fingerprint import DEFAULT_EMPTY_PATTERNS, arguments_hash, is_empty_result, result_hash
 from app.guard.normalize import DEFAULT as NORMALIZE
 
@@ -159,7 +155,6 @@ def test_every_new_reason_is_explained(reason: str) -> None:
     assert sentence and "None" not in sentence
     if reason.startswith("conversation"):
         assert "h:abc" in sentence
-    assert explain_conversation("request_limit", detail) is None
 
 
 def test_refusal_log_lines_are_rate_limited_per_task() -> None:

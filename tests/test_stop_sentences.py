@@ -1,7 +1,9 @@
 """Golden sentences: why a task stopped, for every stop reason over the details its rows
 hold (missing keys, old shapes, an operator's stop under any code), byte for byte as
-``explain_stop`` wrote them before the stop details were typed (issue 35). The table was
-rendered once with that code; a change here is a change to what operators read."""
+``app.admission.limits.explain_stop`` and the chain behind it wrote them before the stop
+details were typed (issue 35): the table was rendered once with that code, and
+:func:`app.admission.stop_sentences.explain` must say the same. A change here is a change
+to what operators read."""
 
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from app.admission.limits import explain_stop as explain
 from app.admission.refusals import event_message
+from app.admission.stop_sentences import SENTENCES, Sentences, explain
+from app.stop_reasons import STOP_REASONS
 
 OP = {"by": "operator", "message": "runaway, see ticket 12"}
 CALL = {"tool_name": "grep", "arguments_hash": "a1", "result_hash": "r1"}
@@ -195,7 +198,12 @@ def test_the_stopped_event_carries_the_same_sentence(reason: str | None, detail:
     assert event_message("stopped", reason, detail) == f"Stopped ({reason})" + (f": {sentence}." if sentence else ".")
 
 
-def test_the_golden_table_covers_every_stop_reason() -> None:
-    from app.stop_reasons import STOP_REASONS
+def test_every_stop_reason_has_its_sentence() -> None:
+    """mypy checks :data:`SENTENCES` against its type, one key a reason; this, that the
+    type's keys are :data:`StopReason`'s (a reason added there needs a sentence here)."""
+    assert Sentences.__required_keys__ == STOP_REASONS
+    assert SENTENCES.keys() == STOP_REASONS
 
+
+def test_the_golden_table_covers_every_stop_reason() -> None:
     assert STOP_REASONS <= {reason for reason, _, _ in GOLDEN}

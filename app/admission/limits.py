@@ -16,7 +16,6 @@ from typing import Any, Mapping
 
 from app.admission.cost import dollars
 from app.db import sql
-from app.guard.detector import explain
 from app.stop_reasons import StopReason
 from app.task import Task
 
@@ -106,24 +105,3 @@ def limit_since_stop(task: Task, reason: str | None, detail: Mapping[str, Any] |
         return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
     return f"{number(then)} when it stopped; {'none' if now is None else number(now)} now"
 
-
-def explain_stop(reason: str | None, detail: Mapping[str, Any] | None) -> str | None:
-    """One sentence saying why a task stopped, from its ``stop_reason`` and
-    ``stop_detail``; ``None`` when there is nothing to add."""
-    d = detail or {}
-    if reason == "request_limit":
-        return f"it used all {d.get('request_limit')} requests of its request_limit"
-    if reason == "token_limit":
-        return f"upstream reported {d.get('total_tokens')} tokens, at or over its token_limit of {d.get('token_limit')}"
-    if reason == "max_duration":
-        return f"{d.get('elapsed_s')} s passed since its first request; max_duration_s is {d.get('max_duration_s')}"
-    if reason == "cost_limit":
-        return (f"{dollars(Decimal(d.get('cost_usd', 0)))} settled (and {dollars(Decimal(d.get('reserved_usd', 0)))} "
-                f"held by requests in flight); the next request could cost up to "
-                f"{dollars(Decimal(d.get('request_reservation_usd', 0)))}, which would pass its cost_limit_usd of "
-                f"{dollars(Decimal(d.get('cost_limit_usd', 0)))} even once nothing else is in flight")
-    if reason == "repeated_stalls":
-        return f"upstream streams stalled {d.get('stalls')} times; max_stalls is {d.get('max_stalls')}"
-    if d.get("by") == "operator":
-        return "stopped by an operator" + (f": {d['message']}" if d.get("message") else "")
-    return explain(reason, d)

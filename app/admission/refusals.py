@@ -18,7 +18,8 @@ from typing import Any, Mapping
 
 import asyncpg
 
-from app.admission.limits import counters_sentence, explain_stop, limit_since_stop
+from app.admission.limits import counters_sentence, limit_since_stop
+from app.admission.stop_sentences import explain
 from app.db import sql
 from app.errors import GatewayError, task_stopped
 from app.guard.strike_rules import DEFAULT_ACTIONS, strike_event_sentence
@@ -59,7 +60,7 @@ def stop_refusal(task: Task, reason: str | None = None,
     ``stop_detail``. Its counters are the task's as given."""
     if reason is None:
         reason, detail = task.stop_reason, task.stop_detail
-    why = explain_stop(reason, detail)
+    why = explain(reason, detail)
     if why is not None and (changed := limit_since_stop(task, reason, detail)) is not None:
         why += f" ({changed})"  # the counters are against the limit as it is now
     return task_stopped(task.id, reason or "stopped", counters_sentence(task), why)
@@ -88,7 +89,7 @@ def event_message(kind: str, reason: str | None, detail: Mapping[str, Any] | Non
     """One sentence for a ``task_events`` row (``kind``, ``reason``, ``detail``)."""
     d = detail or {}
     if kind == "stopped":
-        why = explain_stop(reason, d)
+        why = explain(reason, d)
         return f"Stopped ({reason})" + (f": {why}." if why else ".")
     if kind == "resumed":
         return (f"Resumed by an operator ({reason}); it had stopped for "

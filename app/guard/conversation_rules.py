@@ -1,6 +1,6 @@
 """Rules judged per conversation rather than on the tool-call history: the
 per-conversation ceilings and the repeated answer. Pure: no I/O, no clock (``now`` is
-passed in), no database. The I/O around them is :mod:`app.guard.conversations`.
+passed in), no database. The I/O around them is :mod:`app.ledger.conversations`.
 
 A *conversation* is one conversation key within a task (one agent, one sub-agent,
 one pass; see :func:`app.guard.fingerprint.conversation_key`). Its counters live in
@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from app.guard.repeated_output import DELIVERED_CUT, DELIVERED_STREAMED, DELIVERED_WHOLE
 from app.stop_reasons import StopReason
 
 DEFAULT_RESPONSE_REPEATS = 5
@@ -112,48 +111,3 @@ def repeated_response(streak: int, repeats: int | None) -> tuple[StopReason, dic
         return None
     return REASON_REPEATED_RESPONSE, {"count": streak, "threshold": repeats}
 
-
-def explain_conversation(reason: str | None, d: Mapping[str, Any]) -> str | None:
-    """One sentence for the reasons of this module and of the stream monitor."""
-    conv = f" (conversation {d['conversation_key']})" if d.get("conversation_key") else ""
-    if reason == REASON_CONVERSATION_REQUEST_LIMIT:
-        return f"one conversation{conv} used all {d.get('threshold')} requests of its conversation_request_limit"
-    if reason == REASON_CONVERSATION_MAX_DURATION:
-        return (f"one conversation{conv} ran {d.get('elapsed_s')} s, at or over its "
-                f"conversation_max_duration_s of {d.get('threshold')}")
-    if reason == "conversation_tool_call_limit":
-        return (f"one conversation{conv} made {d.get('count')} tool calls, over its "
-                f"conversation_tool_call_limit of {d.get('threshold')}")
-    if reason == REASON_REPEATED_RESPONSE:
-        return (f"the model gave the same answer without tool calls {d.get('count')} times in a row"
-                f"{conv} (threshold {d.get('threshold')})")
-    if reason == REASON_REPEATED_OUTPUT:
-        return repeated_output_sentence(d)
-    return None
-
-
-def repeated_output_sentence(d: Mapping[str, Any]) -> str:
-    """What happened to an answer that kept repeating itself, from its ``stop_detail``
-    (:class:`app.guard.repeated_output.OutputMonitor`'s evidence): what it repeated, and
-    how it reached the client (``delivered``): streamed and cut, streamed whole before
-    the repetition was read, or not streamed and delivered whole (the task stopped after
-    it). A stop recorded before repetition was counted in words (issue 34) has
-    ``chunk_chars`` instead of ``passage_words`` and no ``delivered``."""
-    if d.get("passage_words") is not None:
-        quoted = f' ("{d["passage"]}")' if d.get("passage") else ""
-        what = (f"a {d['passage_words']}-word passage{quoted} came {d.get('count')} times, on average every "
-                f"{d.get('average_gap_words')} words")
-    else:
-        what = (f"a {d.get('chunk_chars')}-character passage came {d.get('count')} times, on average every "
-                f"{d.get('average_gap_chars')} characters")
-    delivered = d.get("delivered")
-    if delivered == DELIVERED_CUT:
-        return f"the model kept repeating itself inside one streamed answer: {what}; taskgate cut the stream"
-    if delivered == DELIVERED_STREAMED:
-        return (f"the model kept repeating itself inside one streamed answer: {what}; the stream had ended "
-                f"before taskgate read the repetition, so the answer reached the client whole and the task "
-                f"was stopped after it")
-    if delivered == DELIVERED_WHOLE:
-        return (f"the model kept repeating itself inside one answer, which was not streamed: {what}; the "
-                f"answer was delivered whole and the task was stopped after it")
-    return f"the model kept repeating itself inside one answer: {what}"

@@ -62,7 +62,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from app.guard.conversation_rules import explain_conversation
 from app.guard.progress import no_progress_detail, unchanged_reruns
 from app.guard.strike_rules import REASON_NO_PROGRESS
 from app.stop_reasons import StopReason
@@ -357,29 +356,3 @@ def window_size(thresholds: Thresholds) -> int:
                2 * thresholds.no_progress_reruns)
     return max(MIN_WINDOW, WINDOW_FACTOR * need)
 
-
-def explain(reason: str | None, detail: Mapping[str, Any] | None) -> str | None:
-    """One sentence saying why a loop-guard reason fired, from its ``stop_detail``;
-    ``None`` for reasons the loop guard does not own."""
-    d = detail or {}
-    if reason == REASON_REPEATED_TOOL_CALL:
-        normalised = ", compared after masking volatile parts such as ids and timings" \
-            if d.get("result_normalizers") else ""
-        return (f"the agent called {d.get('tool_name')} {d.get('count')} times in a row with the same "
-                f"arguments and got the same result{normalised} (threshold {d.get('threshold')})")
-    if reason == REASON_TOOL_CALL_CYCLE:
-        names = ", ".join(str(c.get("tool_name")) for c in d.get("cycle", []))
-        return (f"the agent repeated the same cycle of tool calls ({names}) {d.get('count')} times "
-                f"with unchanged arguments and results (threshold {d.get('threshold')})")
-    if reason == REASON_REPEATED_TOOL_FAILURE:
-        return (f"{d.get('tool_name')} failed {d.get('count')} times in a row "
-                f"(threshold {d.get('threshold')})")
-    if reason == REASON_TOOL_CALL_LIMIT:
-        return f"the task made {d.get('count')} tool calls, over its limit of {d.get('threshold')}"
-    if reason == REASON_NO_PROGRESS:
-        return (f"the agent re-ran {d.get('tool_name')} {d.get('count')} times after other steps and got "
-                f"byte-identical output each time (threshold {d.get('threshold')})")
-    if reason == REASON_REPEATED_EMPTY_RESULT:
-        return (f"{d.get('tool_name')} came back empty {d.get('count')} times in a row, whatever "
-                f"the arguments (threshold {d.get('threshold')})")
-    return explain_conversation(reason, d)
