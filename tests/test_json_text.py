@@ -90,3 +90,48 @@ def test_loads_for_strings_answers_as_json_where_orjson_differs(text: str) -> No
             json_text.loads_for_strings(text)
         return
     assert json.dumps(json_text.loads_for_strings(text)) == json.dumps(expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_VALUES)
+def test_loads_request_parses_to_the_same_value_and_types(value: object) -> None:
+    body = json.dumps(value).encode()
+    assert json.dumps(json_text.loads_request(body)) == json.dumps(json.loads(body))
+    assert _types(json_text.loads_request(body)) == _types(json.loads(body))
+    padded = body + b" " * 1000  # long enough for the nesting walk
+    assert json.dumps(json_text.loads_request(padded)) == json.dumps(json.loads(padded))
+
+
+@pytest.mark.parametrize("depth", [1, 2, 253, 254, 255, 256, 499, 990, 1000, 1023, 1024, 1025, 5000])
+def test_loads_request_answers_deep_nesting_as_json_loads(depth: int) -> None:
+    """orjson reads 1,024 levels, json.loads stops near the recursion limit: a request
+    body nested deeper than MAX_DEPTH is json.loads' to answer (a RecursionError at 1,000)."""
+    for body in (b"[" * depth + b"]" * depth, b'{"a":' * depth + b"1" + b"}" * depth):
+        try:
+            expected = json.loads(body)
+        except RecursionError:
+            with pytest.raises(RecursionError):
+                json_text.loads_request(body)
+            continue
+        assert json_text.loads_request(body) == expected
+        assert json_text.nested_at_most_max_depth(expected) is (depth <= json_text.MAX_DEPTH)
+
+
+@pytest.mark.parametrize("body", [b"[" * 1000 + b"]" * 1000, b'{"model": "m", "messages": [{"content": '
+                                  + b"[" * 1000 + b"]" * 1000 + b"}]}"])
+def test_loads_request_refuses_what_json_loads_refuses_though_orjson_reads_it(body: bytes) -> None:
+    import orjson
+
+    orjson.loads(body)  # within orjson's 1,024 levels
+    with pytest.raises(RecursionError):
+        json_text.loads_request(body)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="0123456789a٣ \ud800", max_size=60))
+def test_long_digit_runs_are_found_as_the_pattern_finds_them(text: str) -> None:
+    import re
+
+    expected = re.search(r"[0-9]{19}", text) is not None
+    assert json_text.has_long_digits(text) is expected
+    assert json_text.has_long_digits(text.encode("utf-8", "surrogatepass")) is expected

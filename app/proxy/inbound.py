@@ -13,13 +13,13 @@ a body nobody wants).
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from typing import Any, AsyncIterator
 
 from starlette.requests import ClientDisconnect
 
 from app.errors import CLOSE, GatewayError, unauthorized
+from app.wire import json_text
 
 #: RFC 9110 §5.1 field name (token) and §5.5 field value (visible characters and
 #: obs-text, inner spaces and tabs), the grammar h11 enforces on what we forward.
@@ -101,9 +101,11 @@ def too_large(max_bytes: int) -> GatewayError:
 def parse_json_object(body: bytes) -> dict[str, Any]:
     """The body as a JSON object. Raises 400 ``invalid_json`` for anything else:
     invalid UTF-8, bad syntax, nesting too deep for the parser, integers over the
-    interpreter's digit limit, a top level that is not an object."""
+    interpreter's digit limit, a top level that is not an object. Parsed as
+    :func:`json.loads` parses it (:func:`app.wire.json_text.loads_request`: the same value
+    and errors, 3-8× faster on an agent's history)."""
     try:
-        payload = json.loads(body)
+        payload = json_text.loads_request(body)
     except (ValueError, RecursionError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
         raise GatewayError(400, "invalid_request_error", "invalid_json",
