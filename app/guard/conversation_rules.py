@@ -42,14 +42,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from app.stop_reasons import StopReason
+from app.stop_reasons import RepeatedResponseDetail, StopReason
 
 DEFAULT_RESPONSE_REPEATS = 5
 
 REASON_CONVERSATION_REQUEST_LIMIT: Final[StopReason] = "conversation_request_limit"
 REASON_CONVERSATION_MAX_DURATION: Final[StopReason] = "conversation_max_duration"
 REASON_REPEATED_RESPONSE: Final[StopReason] = "repeated_response"
-REASON_REPEATED_OUTPUT: Final[StopReason] = "repeated_output"
 
 #: Where each stop reason is decided, in the order a request meets them.
 PRECEDENCE_NOTE = """\
@@ -105,9 +104,9 @@ def answer_repeats(seen_sha256: str | None, answer_sha256: str) -> bool:
     return seen_sha256 is None or seen_sha256 == answer_sha256
 
 
-def repeated_response(streak: int, repeats: int | None) -> tuple[StopReason, dict[str, Any]] | None:
+def repeated_response(streak: int, repeats: int | None) -> tuple[StopReason, RepeatedResponseDetail] | None:
     """``repeated_response`` when ``streak >= repeats`` (``None`` or 0: rule off)."""
     if not repeats or streak < repeats:
         return None
-    return REASON_REPEATED_RESPONSE, {"count": streak, "threshold": repeats}
+    return REASON_REPEATED_RESPONSE, RepeatedResponseDetail(count=streak, threshold=repeats)
 

@@ -64,7 +64,7 @@ from typing import Any, Final
 
 from app.guard.progress import no_progress_detail, unchanged_reruns
 from app.guard.strike_rules import REASON_NO_PROGRESS
-from app.stop_reasons import StopReason
+from app.stop_reasons import CallLimitDetail, CallStreakDetail, CycleDetail, StopReason, ToolCallDetail
 
 DEFAULT_IDENTICAL_STREAK = 5
 DEFAULT_CYCLE_REPEATS = 5
@@ -189,11 +189,12 @@ class Verdict:
 
     ``reason``: a ``REASON_*`` code (a warn uses ``"repeated_tool_call"``), ``None``
     for OK. ``count``: the streak length, cycle repeats, failure count or task call
-    count that decided it. ``detail``: JSON-serialisable evidence, always with
-    ``count`` and ``threshold``; plus ``tool_name`` / ``arguments_hash`` /
-    ``result_hash`` (identical, failure: the latest failing call) or ``cycle`` (list
-    of ``{tool_name, arguments_hash, result_hash}``, oldest first), ``block_length``
-    and ``calls`` (cycle).
+    count that decided it. ``detail``: JSON-serialisable evidence, the reason's typed
+    detail (:mod:`app.stop_reasons`): always ``count`` and ``threshold``; plus
+    ``tool_name`` / ``arguments_hash`` / ``result_hash`` (identical, failure, empty: the
+    latest call; :class:`~app.stop_reasons.CallStreakDetail`) or ``cycle`` (list of
+    ``{tool_name, arguments_hash, result_hash}``, oldest first), ``block_length`` and
+    ``calls`` (:class:`~app.stop_reasons.CycleDetail`).
     """
 
     action: Action
@@ -205,12 +206,15 @@ class Verdict:
 OK = Verdict(Action.OK)
 
 
-def _call_detail(record: CallRecord) -> dict[str, Any]:
-    return {
-        "tool_name": record.tool_name,
-        "arguments_hash": record.arguments_hash,
-        "result_hash": record.result_hash,
-    }
+def _call_detail(record: CallRecord) -> ToolCallDetail:
+    return ToolCallDetail(tool_name=record.tool_name, arguments_hash=record.arguments_hash,
+                          result_hash=record.result_hash)
+
+
+def _streak_detail(record: CallRecord, count: int, threshold: int) -> CallStreakDetail:
+    """The latest call of a run, the run's length and its threshold."""
+    return CallStreakDetail(tool_name=record.tool_name, arguments_hash=record.arguments_hash,
+                            result_hash=record.result_hash, count=count, threshold=threshold)
 
 
 def _trailing_identical_run(done: Sequence[CallRecord]) -> int:
@@ -227,8 +231,7 @@ def _trailing_identical_run(done: Sequence[CallRecord]) -> int:
 
 
 def _identical_verdict(done: Sequence[CallRecord], run: int, threshold: int, action: Action) -> Verdict:
-    detail = _call_detail(done[-1]) | {"count": run, "threshold": threshold}
-    return Verdict(action, REASON_REPEATED_TOOL_CALL, run, detail)
+    return Verdict(action, REASON_REPEATED_TOOL_CALL, run, _streak_detail(done[-1], run, threshold))
 
 
 def _cycle_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict | None:
@@ -247,13 +250,8 @@ def _cycle_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict |
             repeats += 1
         threshold = thresholds.cycle_threshold(r.tool_name for r in done[-k:])
         if repeats >= threshold:
-            detail = {
-                "cycle": [_call_detail(r) for r in done[-k:]],
-                "block_length": k,
-                "calls": repeats * k,
-                "count": repeats,
-                "threshold": threshold,
-            }
+            detail = CycleDetail(cycle=[_call_detail(r) for r in done[-k:]], block_length=k, calls=repeats * k,
+                                 count=repeats, threshold=threshold)
             return Verdict(Action.STOP, REASON_TOOL_CALL_CYCLE, repeats, detail)
     return None
 
@@ -287,7 +285,7 @@ def _failure_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict
     count = failures[tool]
     if count < thresholds.failure_streak:
         return None
-    detail = _call_detail(latest[tool]) | {"count": count, "threshold": thresholds.failure_streak}
+    detail = _streak_detail(latest[tool], count, thresholds.failure_streak)
     return Verdict(Action.STOP, REASON_REPEATED_TOOL_FAILURE, count, detail)
 
 
@@ -297,7 +295,7 @@ def _empty_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict |
     for tool, count in streaks.items():
         threshold = thresholds.empty_threshold(tool)
         if count >= threshold:
-            detail = _call_detail(latest[tool]) | {"count": count, "threshold": threshold}
+            detail = _streak_detail(latest[tool], count, threshold)
             return Verdict(Action.STOP, REASON_REPEATED_EMPTY_RESULT, count, detail)
     return None
 
@@ -305,7 +303,7 @@ def _empty_rule(done: Sequence[CallRecord], thresholds: Thresholds) -> Verdict |
 def _limit_rule(reason: StopReason, calls: int, limit: int | None) -> Verdict | None:
     if limit is None or calls <= limit:
         return None
-    return Verdict(Action.STOP, reason, calls, {"count": calls, "threshold": limit})
+    return Verdict(Action.STOP, reason, calls, CallLimitDetail(count=calls, threshold=limit))
 
 
 def detect(history: Sequence[CallRecord], thresholds: Thresholds, *, task_tool_calls: int = 0,

@@ -28,7 +28,9 @@ Cost: O(len(history)) time, O(1) memory.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
+
+from app.stop_reasons import NoProgressDetail
 
 DEFAULT_NO_PROGRESS_RERUNS = 8
 
@@ -69,8 +71,8 @@ def unchanged_reruns(done: Sequence[Run]) -> int:
     return reruns
 
 
-def no_progress_detail(done: Sequence[Run], reruns: int, threshold: int) -> dict[str, Any]:
+def no_progress_detail(done: Sequence[Run], reruns: int, threshold: int) -> NoProgressDetail:
     """The verdict's evidence: the check's tool, hashes, the count and the threshold."""
     latest = done[-1]
-    return {"tool_name": latest.tool_name, "arguments_hash": latest.arguments_hash,
-            "result_hash": latest.result_hash, "count": reruns, "threshold": threshold}
+    return NoProgressDetail(tool_name=latest.tool_name, arguments_hash=latest.arguments_hash,
+                            result_hash=latest.result_hash, count=reruns, threshold=threshold)

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import Final
 
 from app.guard.words import (
     MAX_WORD_CHARS,
@@ -71,6 +71,7 @@ from app.guard.words import (
     shown,
     unit,
 )
+from app.stop_reasons import Delivered, RepeatedOutputDetail
 
 #: Words in one passage (gemini-cli: 50 characters, about ten words).
 PASSAGE_WORDS = 10
@@ -100,13 +101,12 @@ _GAP_REACH = MAX_AVERAGE_GAP_WORDS + PASSAGE_WORDS
 #: Characters of the repeated passage kept in the evidence (``passage``).
 PASSAGE_CHARS = 200
 
-#: How the answer that repeated itself reached the client: the evidence's ``delivered``,
-#: set by the relay (:func:`app.proxy.relay_stream.watch_text`) and read by the stop
-#: sentence (:func:`app.guard.conversation_rules.explain_conversation`). ``cut``: streamed,
-#: and taskgate cut the stream at the repetition; ``streamed``: streamed, but the stream
-#: had ended (it arrived in one piece) before the repetition was read, so it reached the
-#: client whole; ``whole``: not streamed, the body was delivered whole.
-DELIVERED_CUT, DELIVERED_STREAMED, DELIVERED_WHOLE = "cut", "streamed", "whole"
+#: How the answer that repeated itself reached the client (:data:`app.stop_reasons.Delivered`):
+#: the evidence's ``delivered``, set by the relay (:func:`app.proxy.relay_stream.watch_text`)
+#: and read by the stop sentence (:mod:`app.admission.stop_sentences`).
+DELIVERED_CUT: Final[Delivered] = "cut"
+DELIVERED_STREAMED: Final[Delivered] = "streamed"
+DELIVERED_WHOLE: Final[Delivered] = "whole"
 
 _FENCE = re.compile(r"\s*(```|~~~)")
 _STRUCTURE = re.compile(
@@ -123,7 +123,7 @@ class OutputMonitor:
     def __init__(self, analyse: bool = True) -> None:
         self.analyse = analyse
         self.detected = False
-        self.detail: dict[str, Any] = {}
+        self.detail: RepeatedOutputDetail = {}
         self.chars = 0
         self._hash = hashlib.sha256()
         self._head = ""  # start of the current line while its kind is undecided
@@ -309,9 +309,9 @@ class OutputMonitor:
         offset = len(self._recent) - new
         text = joined(known[max(stop - PASSAGE_WORDS + offset, 0):stop + offset])
         self.detected = True
-        self.detail = {"passage_words": PASSAGE_WORDS, "passage": text[:PASSAGE_CHARS],
-                       "distinct_words": different, "count": len(starts), "average_gap_words": round(gap, 1),
-                       "threshold": REPEATS, "max_average_gap_words": MAX_AVERAGE_GAP_WORDS}
+        self.detail = RepeatedOutputDetail(
+            passage_words=PASSAGE_WORDS, passage=text[:PASSAGE_CHARS], distinct_words=different, count=len(starts),
+            average_gap_words=round(gap, 1), threshold=REPEATS, max_average_gap_words=MAX_AVERAGE_GAP_WORDS)
         return True
 
 
