@@ -8,6 +8,8 @@ import asyncio
 import json
 import secrets
 from collections import Counter
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -18,6 +20,7 @@ from app.admission.tokens import token_hash
 from app.db.commits import new_key
 from app.errors import GatewayError
 from app.guard.ledger import GuardRequest
+from app.guard.policy import Policy
 from app.guard.result_prints import config_for, fingerprints
 from app.settings import Settings
 from app.wire.base import ToolCall, ToolResult
@@ -158,3 +161,40 @@ async def test_a_new_call_is_written_with_its_result_in_one_row(pool, database_u
     first, second = (fingerprints([], [ToolResult("fresh", text)], config_for(turn.task, settings))
                      .results[0].result_hash for text in ("first", "second"))
     assert rows["fresh"]["result_hash"] == first != second  # the first result given for an id is kept
+
+
+async def test_a_refusal_on_the_agent_turn_path_quotes_the_database_clock(pool, opened, database_url):
+    """The rule decides at the database's ``now()``; the refusal names the limit at that
+    same clock: ``max_duration``'s ``elapsed_s`` is the transaction's ``now()`` (the
+    latch's ``stopped_at``, written in it) less ``first_admitted_at``, not the gateway's
+    clock read after the statement returned."""
+    settings = Settings(database_url=database_url)
+    task_id, hashed = await _task(pool, 100)
+    assert await _admit(pool, hashed, settings, _turn("warm")) == "admitted"  # known here: the path is taken
+    await pool.execute("UPDATE tasks SET max_duration_s = 5, first_admitted_at = now() - interval '10 seconds'"
+                       " WHERE id = $1", task_id)
+    recorded = opened["recorded"]
+    assert await _admit(pool, hashed, settings, _turn("late")) == "max_duration"
+    assert opened["recorded"] > recorded  # refused on the agent-turn path
+    row = await pool.fetchrow("SELECT stop_detail, stopped_at, first_admitted_at FROM tasks WHERE id = $1", task_id)
+    detail = json.loads(row["stop_detail"]) if isinstance(row["stop_detail"], str) else row["stop_detail"]
+    assert detail["elapsed_s"] == round((row["stopped_at"] - row["first_admitted_at"]).total_seconds(), 3)
+
+
+async def test_the_turn_carries_the_clock_its_rule_read(pool, database_url):
+    """``open_turn`` returns the transaction's ``now()`` (the function's ``rule_now``), and
+    :func:`agent_turn.judge` names the limit at it: a database an hour ahead of the
+    gateway explains an hour, where the gateway's clock would see no limit reached."""
+    settings = Settings(database_url=database_url)
+    task_id, hashed = await _task(pool, 100)
+    assert await _admit(pool, hashed, settings, _turn("warm")) == "admitted"
+    async with pool.acquire() as conn:
+        async with conn.transaction():
+            now = await conn.fetchval("SELECT now()")
+            turn = await agent_turn.open_turn(conn, hashed, _turn("next"), settings, new_key(), None)
+    assert turn is not None and turn.recorded and turn.now == now
+    first = datetime.now(timezone.utc)
+    task = replace(turn.task, max_duration_s=60, first_admitted_at=first)
+    ahead = replace(turn, task=task, counted=False, new_calls=0, completed=0, now=first + timedelta(hours=1))
+    verdict, breach = agent_turn.judge(ahead, Policy(task, settings), KEY)
+    assert breach == ("max_duration", {"elapsed_s": 3600.0, "max_duration_s": 60})

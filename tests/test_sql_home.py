@@ -1,15 +1,21 @@
 """The SQL's one home (:mod:`app.db.sql`): the migrated database holds exactly the
-functions of ``app/db/sql/functions/``, every file is loaded as it is now by a
-migration, and the named statements parse as documented."""
+functions of ``app/db/sql/functions/``; every migration loads its own frozen copy of the
+texts it creates (``migrations/functions/<revision>/``, pinned in its ``LOADS``), the
+newest copy of every function being its file; the named statements parse as
+documented."""
 
 from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+from alembic import command
 
-from app.db import sql
+from app.db import migrate, sql
+from migrations import functions
+from tests import support
 
 
 def _words(text: str) -> list[str]:
@@ -64,39 +70,121 @@ def test_named_statements_parse_as_documented():
         sql.statement("no such statement")
 
 
-def _pins() -> dict[str, tuple[str, str]]:
-    """function -> (the newest migration pinning it, its pinned digest), in the chain's order."""
+def _chain() -> list[ModuleType]:
+    """The migrations in the chain's order (each module's ``__name__``: its file's stem)."""
     folder = Path(__file__).resolve().parent.parent / "migrations" / "versions"
     modules = {}
     for path in sorted(folder.glob("0*.py")):
-        spec = importlib.util.spec_from_file_location("pins_" + path.stem, path)
+        spec = importlib.util.spec_from_file_location(path.stem, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        modules[module.down_revision] = (path.name, module)
-    pins: dict[str, tuple[str, str]] = {}
+        modules[module.down_revision] = module
+    chain = []
     revision = None
     while revision in modules:
-        name, module = modules[revision]
+        chain.append(modules[revision])
+        revision = chain[-1].revision
+    assert len(chain) == len(modules), "one chain of migrations"
+    return chain
+
+
+def _pins() -> dict[str, tuple[str, str]]:
+    """function -> (the revision of the newest migration loading it, its pinned digest)."""
+    pins: dict[str, tuple[str, str]] = {}
+    for module in _chain():
         for function, digest in getattr(module, "LOADS", {}).items():
-            pins[function] = (name, digest)
-        revision = module.revision
+            pins[function] = (module.revision, digest)
     return pins
 
 
-def test_every_file_is_loaded_by_a_migration_as_it_is_now():
-    """An edited function file without a migration loading it again would never reach a
-    database migrated before the edit."""
+def test_every_copy_a_migration_loads_is_pinned():
+    """Each migration's copies match the digests its ``LOADS`` pins (a copy is never
+    edited), and its folder holds nothing else."""
+    folders = set()
+    for module in _chain():
+        loads = getattr(module, "LOADS", {})
+        if loads:
+            folders.add(module.revision)
+            assert sorted(p.stem for p in (functions.FOLDER / module.revision).glob("*")) == sorted(loads), (
+                f"{module.__name__}: migrations/functions/{module.revision}/ holds exactly its LOADS")
+            for name, digest in loads.items():
+                assert sql.digest(functions.text(module.revision, name, digest)) == digest
+    on_disk = {p.name for p in functions.FOLDER.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert on_disk == folders, "a folder of copies belongs to a migration that loads them"
+    with pytest.raises(ValueError, match="never changes"):
+        functions.text("0018", "taskgate_abort", "0" * 16)
+
+
+def test_every_file_is_its_newest_copy():
+    """An edited function file without a migration loading a copy of it would never
+    reach a database migrated before the edit; a copy that is not the file would leave a
+    fresh install different from the file."""
     pins = _pins()
     assert sorted(pins) == sorted(sql.function_names())
     for name in sql.function_names():
-        migration, digest = pins[name]
+        revision, digest = pins[name]
         assert digest == sql.function_digest(name), (
-            f"{name} changed since {migration} loaded it: add a migration that loads it and pins "
-            f"{sql.function_digest(name)} (app/db/sql/__init__.py)")
+            f"{name} changed since migration {revision} loaded it: add a migration that loads a copy of it"
+            f" (migrations/functions/<revision>/{name}.sql) and pins {sql.function_digest(name)}"
+            " (app/db/sql/__init__.py)")
+        copy = functions.path(revision, name).read_text(encoding="utf-8")
+        assert sql.definition(copy) == sql.definition(sql.function_text(name)), name
 
 
-#: The history window's columns as the functions return them (app.guard.ledger_rows.window_records).
+class _Recorder:
+    """Stands in for ``alembic.op`` in a migration module: keeps what it executes."""
+
+    def __init__(self) -> None:
+        self.executed: list[str] = []
+
+    def execute(self, statement: str) -> None:
+        self.executed.append(statement)
+
+
+def test_a_migration_loads_its_copies_not_the_current_files(monkeypatch):
+    """The trap a fresh install falls into otherwise: a migration that loads the current
+    file runs a newer text than it was written with (which may use a column or table of
+    a later migration). Each migration with ``LOADS`` creates its copies, whatever the
+    files say now."""
+    for name in sql.function_names():
+        monkeypatch.setitem(sql._FUNCTIONS, name, sql.function_text(name).replace("$fn$\n", "$fn$\n-- edited\n", 1))
+    for module in _chain():
+        loads = getattr(module, "LOADS", {})
+        if loads:
+            recorder = _Recorder()
+            monkeypatch.setattr(module, "op", recorder)
+            module.upgrade()
+            created = [text for text in recorder.executed if "CREATE" in text]
+            assert created == functions.texts(module.revision, loads), module.__name__
+
+
+def _definitions(url: str) -> dict[str, str]:
+    rows = support.sql(url, "SELECT p.proname, p.prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+                      " WHERE n.nspname = current_schema() AND p.proname LIKE 'taskgate\\_%'")
+    return {r["proname"]: " ".join(r["prosrc"].split()) for r in rows}
+
+
+def test_the_functions_go_down_and_up_with_their_migrations():
+    """Downgrades leave each function as the migration before left it: after 0022, the
+    agent turn of 0018's copy; before 0018, no admission rule functions. Up again: the
+    files."""
+    def body(text: str) -> str:
+        return " ".join(text.split("$fn$")[1].split())
+
+    chain = {module.revision: module for module in _chain()}
+    with support.fresh_database() as url:
+        config = migrate.alembic_config(url)
+        command.downgrade(config, "0021")
+        turn = functions.text("0018", "taskgate_agent_turn", chain["0018"].LOADS["taskgate_agent_turn"])
+        assert _definitions(url)["taskgate_agent_turn"] == body(turn)
+        command.downgrade(config, "0017")
+        assert "taskgate_admissible" not in _definitions(url)
+        command.upgrade(config, "head")
+        assert _definitions(url) == {name: body(sql.function_text(name)) for name in sql.function_names()}
+
+
+#: The history window's columns as the functions return them (app.ledger.rows.window_records).
 WINDOW_COLUMNS = " f.window_ids, f.window_names, f.window_arguments, f.window_results, f.window_errors, f.window_empty"
 
 
@@ -106,7 +194,8 @@ def _same(text: str) -> str:
 
 
 def _ledger_compositions() -> dict[str, str]:
-    """The guard ledger's statements as ``app.guard.ledger`` built them from fragments
+    """The guard ledger's statements as ``app.guard.ledger`` (now :mod:`app.ledger.tool_calls`
+    and :mod:`app.settlement.response`) built them from fragments
     before they were written out in ``app/db/sql/ledger.sql``: the relaxed commit from its
     module (a change there without the file turns this red), the spend CTE and the answer
     upsert as they were built then (every statement that runs one holds the same text)."""
@@ -207,7 +296,8 @@ def test_admissions_statements_hold_their_shared_fragments():
                            " SELECT $16, (f.task).id, $17 FROM f WHERE f.counted)"
                            " SELECT (f.task).*, f.recorded AS turn_recorded, f.counted AS turn_counted,"
                            " f.new_calls AS turn_new_calls, f.completed AS turn_completed,"
-                           " f.conversation_calls AS turn_conversation_calls," + WINDOW_COLUMNS + " FROM f"),
+                           " f.conversation_calls AS turn_conversation_calls," + WINDOW_COLUMNS
+                           + ", f.rule_now FROM f"),
         "admission_known_turn": ("WITH f AS (SELECT * FROM taskgate_known_turn($1, $2, $3, $4, $5, $6, $7, $8,"
                                  " $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)),"
                                  " logged AS (INSERT INTO admissions (key, task_id, request_id)"

@@ -1,12 +1,13 @@
 """The agent-turn path: a request carrying tool results admitted in one statement.
 
 Inside the admission transaction, :func:`open_turn` runs ``taskgate_agent_turn()``
-(migrations 0009 and 0012): it locks the task row by token hash and, when the task may take this
+(``app/db/sql/functions/``): it locks the task row by token hash and, when the task may take this
 path (active; no dollar ceiling, ``allowed_models``, budget or conversation
 request/duration ceiling; ``loop_guard`` as this process last saw it), records the
 request's tool calls and results in the ledger, counts its new calls, counts the request
 when every limit allows one more (the fast path's ``WHERE`` on the locked row) and
-returns the conversation's history window, read after the lock and the writes. The
+returns the conversation's history window, read after the lock and the writes, and the
+database's clock the rule read (a refusal's numbers quote it, as the locked path's do). The
 detector then judges the window in Python (:func:`judge`) and the transaction commits:
 ``BEGIN``, one ``SELECT``, ``COMMIT``.
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -60,8 +61,10 @@ class Turn:
     when ``recorded``); ``recorded`` whether the ledger was written (else nothing was:
     admission goes on with the lock held); ``counted`` whether the request was counted
     (every limit allowed it); the calls new to the ledger, the results that completed a
-    pending call, the conversation's tool calls after them (0 when no ceiling needs it)
-    and its history window (oldest first; empty when nothing was new)."""
+    pending call, the conversation's tool calls after them (0 when no ceiling needs it),
+    its history window (oldest first; empty when nothing was new) and ``now``, the
+    database's clock the admission rule read (the transaction's ``now()``), which
+    :func:`judge` explains a refusal with."""
 
     task: Task
     recorded: bool
@@ -70,6 +73,7 @@ class Turn:
     completed: int
     conversation_calls: int
     history: tuple[CallRecord, ...]
+    now: datetime
 
 
 async def open_turn(conn: asyncpg.Connection, token_hash: str, guard: GuardRequest,
@@ -98,7 +102,7 @@ async def open_turn(conn: asyncpg.Connection, token_hash: str, guard: GuardReque
     if row["turn_new_calls"] or row["turn_completed"]:  # else nothing was read (nor changed)
         known_windows.put(task.id, guard.conversation_key, window, history)
     return Turn(task, row["turn_recorded"], row["turn_counted"], row["turn_new_calls"], row["turn_completed"],
-                row["turn_conversation_calls"], history)
+                row["turn_conversation_calls"], history, row["rule_now"])
 
 
 def rows(expected: Task, guard: GuardRequest, settings: Settings) -> tuple[int, CallColumns, ResultColumns]:
@@ -168,9 +172,12 @@ def judge(turn: Turn, policy: Policy, conversation_key: str) -> tuple[Verdict, t
     the detector when nothing new was recorded (a resent history), else the detector's
     on the window (:func:`app.guard.ledger.judge`).
 
+    The limit is named at the clock the rule read (``turn.now``, the database's): a
+    ``max_duration`` refusal quotes the elapsed seconds the rule saw.
+
     Raises :class:`Rerun` on a loop-guard stop (the latch is set the usual way, on a
-    fresh lock: once per task) and when the database's clock had passed
-    ``max_duration_s`` but this one has not yet."""
+    fresh lock: once per task) and when the rule refused but :func:`limit_breach` names
+    no limit (a bug: the usual path, deciding again, raises ``RuleMismatch``)."""
     verdict = Verdict(Action.OK)
     if turn.new_calls or turn.completed:
         limit = policy.thresholds.conversation_tool_call_limit
@@ -181,7 +188,7 @@ def judge(turn: Turn, policy: Policy, conversation_key: str) -> tuple[Verdict, t
         raise Rerun()
     if turn.counted:
         return verdict, None
-    breach = limit_breach(turn.task, datetime.now(timezone.utc), Decimal(0))
+    breach = limit_breach(turn.task, turn.now, Decimal(0))
     if breach is None:
         raise Rerun()
     return verdict, breach

@@ -4,9 +4,12 @@ Until now the current text of each function was whichever migration last replace
 (``taskgate_agent_turn``: 0009 then 0012; ``taskgate_record_response``: 0011 then 0015;
 ``taskgate_known_turn``: 0013; ``taskgate_abort``: 0010). From here on the files in
 ``app/db/sql/functions/`` are the truth (:mod:`app.db.sql`): this migration runs every
-file's ``CREATE OR REPLACE FUNCTION``, in name order; a later change to a function edits
-its file and adds a migration that loads it again and pins its digest in ``LOADS``
-(this one then loads the newer text too, which the later one replaces with the same).
+function's ``CREATE OR REPLACE FUNCTION`` as those files read when it was written, in
+name order, from its frozen copies (``migrations/functions/0018/``,
+:mod:`migrations.functions`), each pinned by its digest in ``LOADS``. A later change to
+a function edits its file and adds a migration with a copy of the new text of its own:
+this one keeps creating what it always created, which a fresh install needs (a newer
+text may use a column or table of a migration after this one).
 
 New here, the one admission rule (issue 35 item 2): ``taskgate_admissible(t tasks,
 p_reservation_usd)``, whether a task may admit one more request, and
@@ -30,24 +33,23 @@ from types import ModuleType
 
 from alembic import op
 
-from app.db import sql
+from migrations import functions
 
 revision = "0018"
 down_revision = "0017"
 branch_labels = None
 depends_on = None
 
-#: The functions this migration loads, each pinned to its body's digest when it was
-#: written (``app.db.sql.function_digest``; the newest pin of a function must match its
-#: file: ``tests/test_sql_home.py``). A file's current text is what is loaded: a later
-#: migration that changes a function loads the same text again.
+#: The functions this migration loads, each pinned to the digest of its copy in
+#: ``migrations/functions/0018/`` (``app.db.sql.digest``: a copy never changes; the newest
+#: copy of a function is its current file: ``tests/test_sql_home.py``).
 LOADS = {
-    "taskgate_abort": "16981a92db79936c",
-    "taskgate_admissible": "5db456ada50d9882",
-    "taskgate_agent_turn": "36ce6448d5c63f2d",
-    "taskgate_known_turn": "3a5a1624a81daec1",
-    "taskgate_one_statement": "21c9365d592a7423",
-    "taskgate_record_response": "898fce4440b79a63",
+    "taskgate_abort": "e9f3415c45d13c90",
+    "taskgate_admissible": "3f6b0f513a0a5e96",
+    "taskgate_agent_turn": "3f08188638b90d12",
+    "taskgate_known_turn": "414636d31bbaf7cf",
+    "taskgate_one_statement": "547a0663ed558e0e",
+    "taskgate_record_response": "067b404369b61630",
 }
 
 
@@ -60,8 +62,8 @@ def _migration(file: str) -> ModuleType:
 
 
 def upgrade() -> None:
-    for name in sorted(LOADS):
-        op.execute(sql.function_text(name))
+    for text in functions.texts(revision, LOADS):
+        op.execute(text)
 
 
 def downgrade() -> None:

@@ -2,20 +2,23 @@
 named statements the core sends, read once at import from the package's ``.sql`` files.
 
 - ``functions/<name>.sql``: one ``CREATE OR REPLACE FUNCTION <name>(...)`` per file, its
-  body between ``$fn$`` delimiters; :func:`function_text` is the whole statement,
-  :func:`function_body` the body PostgreSQL keeps (``pg_proc.prosrc``). These files are
-  the truth: migration ``0018_sql_home`` created every function from them, and
-  ``tests/test_sql_home.py`` checks that the migrated database holds exactly these
-  bodies, and no ``taskgate_*`` function without a file. The migrations before 0018 keep
-  their own copies as history. **To change a function**: edit its file and add a
-  migration that runs ``op.execute(function_text(name))`` and pins the new body in its
-  ``LOADS = {name: digest}`` (:func:`function_digest`; the test requires the newest pin
-  of every function to match its file: an edited file without such a migration would
-  never reach a database already migrated); a changed signature or return type needs a
-  ``DROP FUNCTION`` first. To add a function, add a file and such a migration.
-  :func:`function_names` is in name order, the order a migration loads them (a
-  ``LANGUAGE sql`` function's body is checked at creation: what it calls must sort
-  first, or be created first).
+  body between ``$fn$`` delimiters, under ``--`` lines saying what it does;
+  :func:`function_text` is the whole statement, :func:`function_body` the body PostgreSQL
+  keeps (``pg_proc.prosrc``). These files are the truth of what runs, but no migration
+  reads them: a migration loads its own frozen copy of each text it needs,
+  ``migrations/functions/<revision>/<name>.sql`` (:mod:`migrations.functions`), pinned
+  by :func:`digest` in its ``LOADS = {name: digest}``, so a fresh install builds each
+  function as its migration wrote it, before the later migrations' tables and columns
+  exist. ``tests/test_sql_home.py`` checks that every copy matches its pin, that the
+  newest copy of every function is its file here, and that the migrated database holds
+  exactly these files' functions and no other ``taskgate_*`` one. **To change a
+  function**: edit its file, copy it to ``migrations/functions/<revision>/`` of a new
+  migration that loads it (:func:`migrations.functions.texts`) and pins its digest; a
+  changed signature or return type needs a ``DROP FUNCTION`` first; the downgrade loads
+  the previous migration's copy. Never edit a copy. To add a function, add a file and
+  such a migration. :func:`function_names` is in name order, the order a migration
+  loads them (a ``LANGUAGE sql`` function's body is checked at creation: what it calls
+  must sort first, or be created first).
 - ``<area>.sql``: named statements, each headed ``-- name: <name>`` (names unique across
   the files); the ``--`` lines right under the header document it and are not sent;
   :func:`statement` returns the text as sent (asyncpg numbers its parameters ``$1`` ...),
@@ -25,7 +28,7 @@ named statements the core sends, read once at import from the package's ``.sql``
 
 Raises ``KeyError`` for an unknown name; a malformed file fails at import
 (``ValueError``: a duplicate name, a statement without a name, a function file without
-its ``$fn$`` body).
+its ``$fn$`` body or its statement).
 """
 
 from __future__ import annotations
@@ -36,6 +39,37 @@ from typing import Final
 
 _DELIMITER: Final = "$fn$"
 _NAME: Final = "-- name:"
+_CREATE: Final = "CREATE OR REPLACE FUNCTION "
+
+
+def check_function(text: str, source: str = "<text>") -> str:
+    """``text`` if it is a function file (see the module docstring): ``--`` lines, then one
+    ``CREATE OR REPLACE FUNCTION`` statement with its body between two ``$fn$``
+    delimiters. Raises ``ValueError`` otherwise."""
+    if text.count(_DELIMITER) != 2:
+        raise ValueError(f"{source}: the body goes between two {_DELIMITER} delimiters")
+    if not definition(text).startswith(_CREATE):
+        raise ValueError(f"{source}: after the '--' lines, one {_CREATE} statement")
+    return text
+
+
+def definition(text: str) -> str:
+    """A function file's statement without the ``--`` lines (and blank lines) heading it:
+    what :func:`digest` covers (the function's name, arguments, result, language and
+    body; a comment inside the statement is part of it)."""
+    lines = text.splitlines()
+    while lines and (not lines[0].strip() or lines[0].startswith("--")):
+        lines.pop(0)
+    return "\n".join(lines)
+
+
+def digest(text: str) -> str:
+    """16 hex digits of the SHA-256 of function file ``text``'s :func:`definition` with its
+    whitespace normalised (words joined by one space): what a migration pins for each
+    text it loads (``LOADS``), so an edited copy, or a file changed without a migration
+    loading it, is seen (``tests/test_sql_home.py``)."""
+    words = " ".join(definition(text).split())
+    return hashlib.sha256(words.encode("utf-8")).hexdigest()[:16]
 
 
 def _read_functions() -> dict[str, str]:
@@ -43,10 +77,7 @@ def _read_functions() -> dict[str, str]:
     texts: dict[str, str] = {}
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".sql"):
-            text = entry.read_text(encoding="utf-8")
-            if text.count(_DELIMITER) != 2:
-                raise ValueError(f"{entry.name}: the body goes between two {_DELIMITER} delimiters")
-            texts[entry.name[:-4]] = text
+            texts[entry.name[:-4]] = check_function(entry.read_text(encoding="utf-8"), entry.name)
     return texts
 
 
@@ -105,11 +136,8 @@ def function_body(name: str) -> str:
 
 
 def function_digest(name: str) -> str:
-    """16 hex digits of the SHA-256 of function ``name``'s body with its whitespace
-    normalised (words joined by one space): what a migration that loads the file pins
-    (``LOADS``), so a test sees a file changed without a migration loading it."""
-    words = " ".join(function_body(name).split())
-    return hashlib.sha256(words.encode("utf-8")).hexdigest()[:16]
+    """:func:`digest` of function ``name``'s file: what the newest migration loading it pins."""
+    return digest(_FUNCTIONS[name])
 
 
 def expression(name: str, row: str, **parameters: str) -> str:

@@ -71,12 +71,14 @@ SELECT * FROM tasks WHERE token_hash = $1;
 
 -- name: admission_turn
 -- The agent-turn path (app.admission.turn): taskgate_agent_turn's 15 parameters, $16 the
--- admission key and $17 the request id (a counted turn's admissions row).
+-- admission key and $17 the request id (a counted turn's admissions row); rule_now: the
+-- clock the rule read, which a refusal's numbers quote.
 WITH f AS (SELECT * FROM taskgate_agent_turn($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)),
 logged AS (INSERT INTO admissions (key, task_id, request_id) SELECT $16, (f.task).id, $17 FROM f WHERE f.counted)
 SELECT (f.task).*, f.recorded AS turn_recorded, f.counted AS turn_counted, f.new_calls AS turn_new_calls,
        f.completed AS turn_completed, f.conversation_calls AS turn_conversation_calls,
-       f.window_ids, f.window_names, f.window_arguments, f.window_results, f.window_errors, f.window_empty
+       f.window_ids, f.window_names, f.window_arguments, f.window_results, f.window_errors, f.window_empty,
+       f.rule_now
   FROM f;
 
 -- name: admission_known_turn

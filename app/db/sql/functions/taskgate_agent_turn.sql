@@ -1,7 +1,9 @@
 -- An agent turn's request side under the task's row lock: records its tool calls and results,
 -- counts the request when the task admits one more, returns the conversation's window
+-- and the clock the rule read, now() (rule_now: a refusal's numbers quote it)
 -- (app.admission.turn). Since 0009; 0012: a new call carries its result in one row;
--- 0018: the rule and the path as taskgate_admissible and taskgate_one_statement.
+-- 0018: the rule and the path as taskgate_admissible and taskgate_one_statement;
+-- 0022: rule_now.
 CREATE OR REPLACE FUNCTION taskgate_agent_turn(
     p_token_hash text, p_expect boolean, p_loop_guard jsonb, p_key text, p_window integer,
     p_conversation_limit boolean,  -- a conversation tool-call ceiling applies whatever the task says
@@ -10,7 +12,7 @@ CREATE OR REPLACE FUNCTION taskgate_agent_turn(
     p_raw_hashes text[])
 RETURNS TABLE (task tasks, recorded boolean, counted boolean, new_calls integer, completed integer,
                conversation_calls bigint, window_ids text[], window_names text[], window_arguments text[],
-               window_results text[], window_errors boolean[], window_empty boolean[])
+               window_results text[], window_errors boolean[], window_empty boolean[], rule_now timestamptz)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -27,7 +29,7 @@ BEGIN
     IF NOT (p_expect AND t.status = 'active' AND t.budget_id IS NULL AND taskgate_one_statement(t)
             AND coalesce(t.loop_guard, '{}') = coalesce(p_loop_guard, '{}')) THEN
         RETURN QUERY SELECT t, false, false, 0, 0, 0::bigint, NULL::text[], NULL::text[], NULL::text[],
-                            NULL::text[], NULL::boolean[], NULL::boolean[];
+                            NULL::text[], NULL::boolean[], NULL::boolean[], now();
         RETURN;
     END IF;
     IF cardinality(p_call_ids) > 0 THEN  -- a new call carries its result in (the first one for its id)
@@ -82,7 +84,7 @@ BEGIN
         SELECT t, true, v_counted, v_new, v_done, v_conv,
                array_agg(w.call_id ORDER BY w.seq), array_agg(w.tool_name ORDER BY w.seq),
                array_agg(w.arguments_hash ORDER BY w.seq), array_agg(w.result_hash ORDER BY w.seq),
-               array_agg(w.is_error ORDER BY w.seq), array_agg(w.is_empty ORDER BY w.seq)
+               array_agg(w.is_error ORDER BY w.seq), array_agg(w.is_empty ORDER BY w.seq), now()
           FROM (SELECT seq, call_id, tool_name, arguments_hash, result_hash, is_error, is_empty
                   FROM tool_calls WHERE task_id = t.id AND conversation_key = p_key
                  ORDER BY seq DESC LIMIT CASE WHEN v_new + v_done > 0 THEN p_window ELSE 0 END) AS w;
