@@ -15,7 +15,7 @@ logs, stop webhook and traces) subscribe once at start-up (:func:`app.main.creat
 - :data:`LOOP_WARNED` (:class:`LoopWarned`): the loop guard's warning was added to a
   forwarded request.
 - :data:`LOOP_STRUCK` (:class:`LoopStruck`): a soft loop rule struck an answer (cut or
-  withheld it) without stopping the task (:mod:`app.guard.strikes`);
+  withheld it) without stopping the task (:mod:`app.ledger.strikes`);
   :data:`LOOP_NOTED` (:class:`LoopNoted`): a gateway note (a strike's, a warning's,
   ``no_progress``) was added to a forwarded request.
 - :data:`GATEWAY_ANSWERED` (:class:`GatewayAnswered`): a request the gateway answered

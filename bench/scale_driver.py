@@ -30,7 +30,7 @@ from typing import Any
 from app.admission.admission import admit
 from app.admission.tokens import token_hash
 from app.db.pool import create_pool
-from app.guard.ledger import GuardRequest
+from app.guard.judge import GuardRequest
 from app.settings import Settings
 from app.wire.base import ToolCall, ToolResult
 

@@ -19,7 +19,7 @@ from app.admission.admission import admit
 from app.admission.tokens import token_hash
 from app.db.commits import new_key
 from app.errors import GatewayError
-from app.guard.ledger import GuardRequest
+from app.guard.judge import GuardRequest
 from app.guard.policy import Policy
 from app.guard.result_prints import config_for, fingerprints
 from app.settings import Settings

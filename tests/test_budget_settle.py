@@ -15,9 +15,9 @@ import pytest
 
 from app import events
 from app.admission.cost import Settlement
-from app.budgets import ledger
-from app.guard.ledger import record_response
 from app.settings import Settings
+from app.settlement.exchange import settle_windows
+from app.settlement.response import record_response
 from app.wire.base import ResponseSummary, ToolCall, Usage
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the lifetime window's start
@@ -33,7 +33,7 @@ async def _window(pool, reserved_usd: str = "0") -> str:
 
 async def _settle_and_commit_mode(pool, budget: str, release: str, reservation_id: int | None) -> str:
     async with pool.acquire() as conn, conn.transaction():
-        spent = await ledger.settle(conn, [(budget, EPOCH)], 10, 5, Decimal("0.25"), Decimal(release), reservation_id)
+        spent = await settle_windows(conn, [(budget, EPOCH)], 10, 5, Decimal("0.25"), Decimal(release), reservation_id)
         assert [b for b, _ in spent] == [budget]
         return await conn.fetchval("SELECT current_setting('synchronous_commit')")
 

@@ -11,11 +11,12 @@ import asyncpg
 import pytest
 
 from app.admission import known_turn
-from app.guard import known_windows
 from app.guard.detector import CallRecord
-from app.guard.known_windows import Window, predict
-from app.guard.ledger import GuardRequest, record_response
+from app.guard.judge import GuardRequest
+from app.ledger import known_windows
+from app.ledger.known_windows import Window, predict
 from app.settings import Settings
+from app.settlement.response import record_response
 from app.wire.base import ResponseSummary, ToolCall, ToolResult, Usage
 from tests.test_agent_turn import KEY, _admit, _turn
 from tests.test_agent_turn import _task as task_with

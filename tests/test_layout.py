@@ -120,18 +120,22 @@ def test_no_module_over_the_backstop() -> None:
 
 
 #: The core's floors, bottom first (docs/layout.md draws them): a module may import its own
-#: floor and those below; the longest prefix names a module's floor. The admission
-#: transaction (with its outcomes and the reconciliation of its log) sits above budgets,
-#: which use admission's pure rules (the ceiling decision, dollars, tokens). What one
-#: relayed exchange reports (app.proxy.outcome: pure values over the wire's summary) sits at
-#: the bottom, where the events that carry it are; the guard's ledger (its storage) sits on
-#: admission's floor, whose settlement it records.
+#: floor and those below; the longest prefix names a module's floor. The guard's pure
+#: verdicts sit under their storage (app.ledger: the tool-call ledger, conversations,
+#: strikes), which admission writes in its transaction. The admission transaction (with its
+#: outcomes and the reconciliation of its log) sits above budgets, which use admission's
+#: pure rules (the ceiling decision, dollars, tokens), and above the settlement after the
+#: exchange (app.settlement: the task's record, its budget windows, the spend record). What
+#: one relayed exchange reports (app.proxy.outcome: pure values over the wire's summary)
+#: sits at the bottom, where the events that carry it are.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("app.wire", "app.db", "app.config", "app.task", "app.errors", "app.request_ids", "app.settings",
      "app.fault_log", "app.events", "app.client_caps", "app.stop_reasons", "app.proxy.outcome"),
     ("app.guard",),
-    ("app.admission", "app.guard.ledger"),
+    ("app.ledger",),
+    ("app.admission",),
     ("app.budgets",),
+    ("app.settlement",),
     ("app.admission.admission", "app.admission.outcomes", "app.admission.reconcile"),
     ("app.proxy", "app.app_state"),
     ("app.mcp",),  # the MCP gateway: the proxy's inbound checks and token lookup, admission's rules

@@ -25,9 +25,11 @@ from app.admission.tokens import token_hash
 from app.db import tasks as task_rows
 from app.db.pool import create_pool
 from app.guard.detector import Action, Thresholds, Verdict, window_size
-from app.guard.ledger import GuardRequest, record_request, record_response
+from app.guard.judge import GuardRequest
 from app.guard.policy import Policy
+from app.ledger.tool_calls import record_request
 from app.settings import Settings
+from app.settlement.response import record_response
 from app.wire.base import ResponseSummary, ToolCall, ToolResult
 from tests.support import Admin, GatewayProcess, sql
 

@@ -17,10 +17,11 @@ from app.admission import known_turn
 from app.admission.admission import admit
 from app.admission.tokens import token_hash
 from app.db.pool import asyncpg_dsn, create_pool
-from app.guard import known_windows
 from app.guard.detector import Action
-from app.guard.ledger import GuardRequest, record_response
+from app.guard.judge import GuardRequest
+from app.ledger import known_windows
 from app.settings import Settings
+from app.settlement.response import record_response
 from app.wire.base import ResponseSummary, ToolCall, ToolResult, Usage
 from tests.databases import statements_cluster
 from tests.pgbouncer import NOT_INSTALLED, pgbouncer, pgbouncer_binary

@@ -1,5 +1,5 @@
 """A response's tool calls through ``taskgate_record_response()`` (migration 0011,
-:func:`app.guard.ledger.record_response`) on real PostgreSQL: the hold row and the
+:func:`app.settlement.response.record_response`) on real PostgreSQL: the hold row and the
 counters, the history window the detector judges, and a stop that is atomic with the
 record."""
 
@@ -13,11 +13,11 @@ import pytest
 
 from app.admission.cost import Settlement
 from app.db import tasks as task_rows
-from app.guard import ledger
 from app.guard.detector import Action
 from app.proxy.accounting import Accounting
 from app.proxy.outcome import Outcome
 from app.settings import Settings
+from app.settlement import response as ledger
 from app.wire.base import ResponseSummary, ToolCall, Usage
 
 KEY = "s:response"

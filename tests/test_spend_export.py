@@ -34,8 +34,8 @@ from app.admin.spend import keys_of, query, span
 from app.admission.cost import Settlement
 from app.admission.cost import dollars as dollar_text
 from app.cli import main
-from app.guard.ledger import record_response
 from app.settings import Settings
+from app.settlement.response import record_response
 from app.testing.upstream import UpstreamServer
 from app.wire.base import ResponseSummary, ToolCall, Usage
 from tests.support import ADMIN_TOKEN, GatewayProcess, sql, started

@@ -90,12 +90,13 @@ from app.db import commits, sql
 from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
 from app.errors import GatewayError, fail_closed, unauthorized, unavailable
-from app.guard import conversations, strikes
 from app.guard.conversation_rules import conversation_breach
 from app.guard.detector import Action, Verdict
-from app.guard.ledger import GuardRequest, record_request
+from app.guard.judge import GuardRequest
 from app.guard.policy import Policy
 from app.guard.strike_rules import STRIKE
+from app.ledger import conversations, strikes
+from app.ledger.tool_calls import record_request
 from app.settings import Settings
 from app.task import Task
 

@@ -6,7 +6,7 @@ the detector, ``COMMIT``: the transaction lets a stop roll the turn back. Here t
 detector judges first:
 
 1. the window the conversation had before this request is taken from
-   :mod:`app.guard.known_windows` (the last statement on the conversation here returned
+   :mod:`app.ledger.known_windows` (the last statement on the conversation here returned
    it: usually the response whose tool calls this request answers);
 2. the window after the request's writes is predicted from it
    (:func:`known_windows.predict`) and judged with the detector, as the transaction path
@@ -41,12 +41,12 @@ import asyncpg
 
 from app.admission import turn as agent_turn
 from app.db import sql
-from app.guard import known_windows
 from app.guard.detector import OK, Action, CallRecord, Verdict
-from app.guard.ledger import GuardRequest
-from app.guard.ledger import judge as judge_window
-from app.guard.ledger_rows import CallColumns, ResultColumns, window_records
+from app.guard.judge import GuardRequest
+from app.guard.judge import judge as judge_window
 from app.guard.policy import Policy
+from app.ledger import known_windows
+from app.ledger.rows import CallColumns, ResultColumns, window_records
 from app.settings import Settings
 from app.task import Task
 

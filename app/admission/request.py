@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from app.admission.charge import Charge
-from app.guard.ledger import GuardRequest
+from app.guard.judge import GuardRequest
 
 
 def _unpriced() -> Charge:

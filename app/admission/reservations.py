@@ -6,13 +6,13 @@ request that reserves dollars also gets a ``reservations`` row (:func:`hold`, in
 admission transaction): the amount, the deadline (now + the longest the request may
 run: its upstream timeout plus the stream close grace, :func:`deadline_s`) and the
 owning process (host name, pid, the process's start time). Settlement deletes the row
-in the statement that settles it (:data:`app.guard.ledger._ADD_USAGE`), and releases
+in the statement that settles it (:data:`app.settlement.response._ADD_USAGE`), and releases
 the amount only if the row was still there, so nothing is released twice.
 
 :func:`sweep` runs in every gateway process every ``TASKGATE_RESERVATION_SWEEP_S``
 (default 30 s): a hold past its deadline whose owner is *gone* is deleted, its amount
 taken off ``reserved_usd`` (and off the budget windows it also reserved in, unless its
-settlement released those already: :func:`app.budgets.ledger.settle`) and a
+settlement released those already: :func:`app.settlement.exchange.settle_windows`) and a
 ``reservation_released`` event recorded, all in one statement (two sweepers never
 release one hold twice: the delete decides). An owner is gone when it ran on this host
 and no process with that pid and start time exists (:func:`owner_gone`); holds owned

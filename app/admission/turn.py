@@ -33,13 +33,13 @@ import asyncpg
 
 from app.admission.limits import limit_breach
 from app.db import sql
-from app.guard import known_windows
 from app.guard.detector import Action, CallRecord, Verdict, window_size
-from app.guard.ledger import GuardRequest
-from app.guard.ledger import judge as judge_window
-from app.guard.ledger_rows import CallColumns, ResultColumns, call_rows, result_rows, window_records
+from app.guard.judge import GuardRequest
+from app.guard.judge import judge as judge_window
 from app.guard.policy import Policy
 from app.guard.result_prints import config_for, fingerprints
+from app.ledger import known_windows
+from app.ledger.rows import CallColumns, ResultColumns, call_rows, result_rows, window_records
 from app.settings import Settings
 from app.task import LoopGuard, Task
 
@@ -170,7 +170,7 @@ def judge(turn: Turn, policy: Policy, conversation_key: str) -> tuple[Verdict, t
     """The loop guard's verdict on a recorded turn, and the limit the locked row had
     reached (``None`` when the turn was counted). The verdict is ``OK`` without running
     the detector when nothing new was recorded (a resent history), else the detector's
-    on the window (:func:`app.guard.ledger.judge`).
+    on the window (:func:`app.guard.judge.judge`).
 
     The limit is named at the clock the rule read (``turn.now``, the database's): a
     ``max_duration`` refusal quotes the elapsed seconds the rule saw.

@@ -1,4 +1,4 @@
-"""Budgets in the admission transaction and at settlement (PostgreSQL).
+"""Budgets in the admission transaction (PostgreSQL).
 
 **Paused** (:mod:`app.budgets.pause`): :func:`chain` refuses a task whose chain holds a
 paused budget (400 ``budget_paused``), and the escrow lease statements pay for no paused
@@ -23,21 +23,14 @@ checks passed and while its row lock is held), two ways:
 Every admission locks its chain root first, so two admissions never wait on each other
 in a circle, and N gateways never admit past any budget's limit (docs/budgets.md).
 
-**Settle** (:func:`settle`, after the exchange, before the task's; one row per statement): the
-tokens upstream reported and the dollars settled go into the windows the request was
-reserved in (also when a window rolled over meanwhile), and its reservation is released.
-Without a hold to release, a window's settlement commits without waiting for the disk,
-as the task's usage does (a PostgreSQL crash may lose its last ~0.6 s of usage); a
-released hold commits durably.
-A dollar hold's budget windows are recorded on its ``reservations`` row, so a gateway
-killed with holds in flight loses no allowance past the hold's deadline: the sweeper
-(:func:`app.admission.reservations.sweep`) releases them from the windows too, and
-settlement and sweeper never both release one hold.
+**Settle**: after the exchange, a request's budget windows are settled by
+:func:`app.settlement.exchange.settle_windows` (the settlement's room, above this one);
+:func:`settles_apart` and :func:`noted_apart` say which budgets settle more than their
+windows, as :func:`reserve` noted them.
 """
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -59,24 +52,13 @@ from app.errors import GatewayError
 from app.settings import Settings
 
 __all__ = ["NeedsLease", "Reserved", "WindowKey", "announce", "budgeted", "chain", "fast_admit", "hold_models",
-           "lease_slot", "mark_exhausted", "needs_dollars", "remember", "reserve", "settle", "settles_apart", "take"]
+           "lease_slot", "mark_exhausted", "needs_dollars", "noted_apart", "remember", "reserve", "settles_apart",
+           "take"]
 
 # The statements: app/db/sql/budgets.sql (budget_*).
 _CHAIN = escrow.CHAIN
 #: The locked path's count: the request and its worst-case dollars in every window.
 _RESERVE = sql.statement("budget_reserve")
-#: The request's ``reservations`` row gives up its budget windows: only the first of
-#: settlement and the sweeper gets them.
-_TAKE_HOLD = sql.statement("budget_take_hold")
-#: One window at a time: settlement never holds two window locks, so it can never close a
-#: circle with an admission (which locks the chain root first). Durable when it releases
-#: a hold; without one (the escrow lease path) committed relaxed, like the task's own
-#: usage. Their twin for a one-window chain without a hold is the ``settled`` part of the
-#: guard's ``ledger_*_in_window`` statements (app/db/sql/ledger.sql), which records the
-#: response on the task in the same statement; ``tests/test_sql_budgets.py`` keeps the
-#: columns they add the same.
-_SETTLE_HOLD = sql.statement("budget_settle_hold")
-_SETTLE_USAGE = sql.statement("budget_settle_usage")
 _MARK_EXHAUSTED = sql.statement("budget_mark_exhausted")
 
 
@@ -132,9 +114,17 @@ def _note(budgets: Sequence[BudgetRow]) -> None:
 
 
 def settles_apart(keys: Sequence[WindowKey]) -> bool:
-    """Whether a request counted in ``keys`` settles through :func:`settle` (a budget of
-    them has model limits or a token rate), not in the statement recording the response."""
+    """Whether a request counted in ``keys`` settles through
+    :func:`app.settlement.exchange.settle_windows` (a budget of them has model limits or a
+    token rate), not in the statement recording the response."""
     return bool(_apart) and any(k[0] in _apart for k in keys)
+
+
+def noted_apart(keys: Sequence[WindowKey]) -> list[tuple[WindowKey, tuple[tuple[str, ...], bool]]]:
+    """The windows of ``keys`` whose budgets settle more than their windows', each with
+    its budget's model globs and whether it counts tokens per minute (as this process
+    last admitted it); ``[]`` for none."""
+    return [(k, _apart[k[0]]) for k in keys if k[0] in _apart] if _apart else []
 
 
 async def reserve(conn: asyncpg.Connection, holder: str, task_id: str, budgets: Sequence[BudgetRow],
@@ -184,41 +174,6 @@ async def take(conn: asyncpg.Connection, need: NeedsLease,
     if refused is None:
         return None
     return budget_exhausted(need.task_id, verdict), refused, verdict
-
-
-async def settle(conn: asyncpg.Connection, keys: Sequence[WindowKey], input_tokens: int, output_tokens: int,
-                 cost_usd: Decimal, release_usd: Decimal, reservation_id: int | None,
-                 model: str | None = None, at: datetime | None = None) -> list[tuple[str, Decimal]]:
-    """Add a finished request's tokens and dollars to the windows it was reserved in and
-    release its reservation, unless the sweeper released it (a gateway that was taken for
-    dead; :mod:`app.admission.reservations`): exactly once either way. Runs before the
-    task's own settlement deletes the ``reservations`` row. Returns each budget's settled
-    dollars in that window now. A budget with model limits also settles the rows of the
-    globs matching ``model``, one with ``tokens_per_minute`` the tokens into the minute of
-    ``at`` (default: now; :func:`settles_apart`), after the windows: the order admission
-    locks in (windows, then the globs' rows, then the minute's)."""
-    if reservation_id is not None and release_usd:
-        if await conn.fetchval(_TAKE_HOLD, reservation_id) is None:
-            release_usd = Decimal(0)  # the sweeper released it: the gateway was taken for dead
-    statement = _SETTLE_HOLD if release_usd else _SETTLE_USAGE
-    spent = []
-    for budget_id, window_start in keys:  # each its own statement, root first
-        row = await conn.fetchrow(statement, budget_id, window_start, input_tokens, output_tokens, cost_usd,
-                                  release_usd)
-        if row is not None:
-            spent.append((row["budget_id"], row["cost_usd"]))
-    if _apart and any(k[0] in _apart for k in keys):
-        await _settle_apart(conn, keys, input_tokens + output_tokens, input_tokens, output_tokens, cost_usd, model, at)
-    return spent
-
-
-async def _settle_apart(conn: asyncpg.Connection, keys: Sequence[WindowKey], tokens: int, input_tokens: int,
-                        output_tokens: int, cost_usd: Decimal, model: str | None, at: datetime | None) -> None:
-    notes = [(k, _apart[k[0]]) for k in keys if k[0] in _apart]
-    rows = [(b, s, g) for (b, s), (globs, _) in notes for g in globs
-            if model is not None and fnmatch.fnmatchcase(model, g)]
-    await model_limits.settle(conn, rows, input_tokens, output_tokens, cost_usd)
-    await rates.settle(conn, [b for (b, _), (_, tpm) in notes if tpm], tokens, at or windows.now())
 
 
 async def mark_exhausted(conn: asyncpg.Connection, key: WindowKey) -> bool:

@@ -20,7 +20,7 @@ recovers from once told; a second within the window is a loop); ``no_progress`` 
 same check re-run after edits with byte-identical output, :mod:`app.guard.progress`)
 warns: healthy runs do it too. The reasoning is in docs/loop-guard.md.
 
-Pure: no I/O, no clock (``now`` is passed in). The I/O is :mod:`app.guard.strikes`.
+Pure: no I/O, no clock (``now`` is passed in). The I/O is :mod:`app.ledger.strikes`.
 """
 
 from __future__ import annotations

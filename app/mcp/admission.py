@@ -6,7 +6,7 @@ A ``tools/call`` takes two transactions, each holding the task's row lock:
 1. :func:`admit_call`, before anything reaches the MCP server: a stopped task is refused
    (``refused_requests`` + 1); the call enters the tool-call ledger as pending and counts
    as one of the task's ``tool_calls`` (and of its conversation's), and the loop guard
-   judges the conversation with it (:func:`app.guard.ledger.record_request`). A stop
+   judges the conversation with it (:func:`app.ledger.tool_calls.record_request`). A stop
    verdict (``tool_call_limit``, ``conversation_tool_call_limit``, a loop) rolls the
    call back, sets the latch in a transaction of its own and refuses the call: under
    the row lock, N concurrent calls against ``tool_call_limit`` L reach the server L
@@ -36,9 +36,10 @@ from app.db import sql
 from app.db import tasks as task_rows
 from app.errors import GatewayError, fail_closed, unauthorized
 from app.guard.detector import Action, Verdict
-from app.guard.ledger import GuardRequest, record_request
+from app.guard.judge import GuardRequest
 from app.guard.policy import Policy
 from app.guard.result_prints import config_for, fingerprints_off_loop
+from app.ledger.tool_calls import record_request
 from app.settings import Settings
 from app.task import Task
 from app.wire.base import ToolCall, ToolResult

@@ -3,7 +3,7 @@
 Runs once the client has its last byte, except for an answer the loop guard judges
 (:mod:`app.proxy.verdict`: it repeated itself, carries tool calls, or may be the same
 answer again): its usage, tool calls and the guard's decision (a latch, a strike, a
-warning; :mod:`app.guard.strikes`) are written by :meth:`Accounting.verdict` before
+warning; :mod:`app.ledger.strikes`) are written by :meth:`Accounting.verdict` before
 its last byte is released, and the rest here after. Stalls and truncations become task events
 (``stream_stalled``, ``stream_truncated``, ``upstream_unreachable``,
 ``upstream_timeout``); stalls and upstream timeouts (a non-streamed request that
@@ -11,12 +11,9 @@ ran past its ``upstream_timeout_s``) count toward the optional per-task stall
 ceiling, which latches the task with ``repeated_stalls``. An answer the relay found
 repeating itself (``repeated_output``) latches the task, strikes the answer or warns,
 as its action says (:mod:`app.guard.strike_rules`). The request's dollars settle
-(:func:`app.admission.cost.settle`) in the same statement as its usage; a task with a
-budget then settles its tokens and dollars into the budget windows it was admitted in
-(:func:`app.budgets.ledger.settle`, its own statement). An admitted request (``counted``)
-is also counted, with its model, tokens and dollars, in the spend record
-(:mod:`app.db.spend`) by the statement that settles it on the task, also when upstream
-reported no usage. Nothing is refunded.
+(:func:`app.admission.cost.settle`) and are written with its usage, into the task, its
+budget windows and the spend record, by :func:`app.settlement.exchange.settle` (once per
+admission). Nothing is refunded.
 """
 
 from __future__ import annotations
@@ -26,7 +23,6 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
 from decimal import Decimal
 from typing import Any, Awaitable, Callable
 
@@ -36,23 +32,21 @@ from app import events
 from app.admission import anchor_rows, in_flight
 from app.admission.anchor import Anchor, anchor_after
 from app.admission.charge import Charge
-from app.admission.cost import Settlement, settle
+from app.admission.cost import settle
 from app.admission.holds import holds
-from app.budgets import ledger as budget_ledger
+from app.budgets.ledger import WindowKey
 from app.config.schema import Price
-from app.db import commits, sql
+from app.db import sql
 from app.db import tasks as task_rows
-from app.db.errors import database_unreachable
 from app.db.pool import relaxed
-from app.db.retry import backlog
 from app.guard.detector import Action, Verdict
-from app.guard.ledger import LatchPending, record_response
 from app.guard.strike_rules import DEFAULT_ACTIONS, answer_sentence
-from app.guard.strikes import Applied, judge_answer
+from app.ledger.strikes import Applied, judge_answer
 from app.proxy.outcome import Outcome
 from app.proxy.verdict import Ruling
 from app.settings import Settings
-from app.wire.base import ResponseSummary, Usage
+from app.settlement.exchange import retried
+from app.settlement.exchange import settle as settle_exchange
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +99,7 @@ class Accounting:
     model: str | None = None
     provider: str | None = None
     reservation_id: int | None = None  # the hold's row, deleted as it settles
-    budget_windows: tuple[budget_ledger.WindowKey, ...] = ()  # where the request was counted
+    budget_windows: tuple[WindowKey, ...] = ()  # where the request was counted
     admission_key: uuid.UUID | None = None  # its admission log row: settled once (app.db.commits.settling)
     cuts_repeating: bool = True  # a stream repeating itself is cut (its action is not warn)
     counted: bool = False  # an admitted request (not a free endpoint's): into the spend record
@@ -197,7 +191,7 @@ class Accounting:
 
     async def _record(self, outcome: Outcome) -> Verdict | None:
         """The response's usage, dollars (settled into its budget windows) and tool calls
-        (:func:`record_response`), and the input-token anchor of its conversation;
+        (:func:`app.settlement.exchange.settle`), and the input-token anchor of its conversation;
         the ledger's verdict (``None``: nothing judged)."""
         summary = outcome.summary
         settlement = settle(self.price, summary.usage, self.reservation_usd)
@@ -205,35 +199,13 @@ class Accounting:
             summary.tool_calls = []
         if not (self.guard_enabled and self.count_answer):
             summary.text_sha256 = None
-        verdict: Verdict | None = None
-        # one window and no hold to release (the escrow lease path): settled with the task's
-        # usage, in its statement; else first, on its own: it releases the budget windows
-        # only while the hold's row is there
-        in_window = (self.budget_windows[0] if len(self.budget_windows) == 1 and not budget_ledger.settles_apart(
-            self.budget_windows) and not (settlement is not None and settlement.release_usd) else None)
-        in_budgets = bool(self.budget_windows and in_window is None
-                          and (summary.usage is not None or settlement is not None))
-        recorded = bool(summary.tool_calls or summary.usage is not None or settlement is not None
-                        or summary.text_sha256 is not None or self.counted)
-        if in_budgets or recorded:
+        settled, verdict = await settle_exchange(
+            self.pool, self.settings, self.task_id, self.conversation_key, summary, settlement,
+            budget_windows=self.budget_windows, reservation_id=self.reservation_id, admission_key=self.admission_key,
+            request_id=self.request_id, seen_answer_sha256=self.seen_answer_sha256, model=self.model,
+            counted=self.counted)
+        if settled:
             usage = summary.usage
-
-            async def record() -> None:
-                """The budget windows' settlement, then the response's record, in one
-                transaction that runs once per admission: retried after a lost commit, it
-                writes nothing again when the first one landed (app.db.commits.settling)."""
-                nonlocal verdict
-                async with commits.settling(self.pool, self.admission_key,
-                                            self.task_id if in_budgets else None) as first:
-                    if not first:
-                        return
-                    if in_budgets:
-                        await self._settle_budgets(summary.usage, settlement)
-                    if recorded:
-                        verdict = await self._record_response(summary, settlement, in_window)
-            await self._retried(record, f"the budget settlement, usage ({usage.input_tokens if usage else 0} input, "
-                                f"{usage.output_tokens if usage else 0} output tokens), cost and "
-                                f"{len(summary.tool_calls)} tool calls of a response of task {self.task_id}")
             if self.reservation_usd:
                 holds.settled(self.task_id)  # requests of the task waiting here decide again now
             if self.reservation_usd and usage is not None and settlement is not None:
@@ -250,28 +222,7 @@ class Accounting:
 
     async def _retried(self, write: Callable[[], Awaitable[object]], what: str) -> None:
         """Run ``write``; if the database is unreachable, leave it to the backlog."""
-        try:
-            await write()
-        except Exception as exc:
-            if not database_unreachable(exc):
-                raise
-            backlog.submit(write, what, self.settings.accounting_retry_s, exc)
-
-    async def _record_response(self, summary: ResponseSummary, settlement: Settlement | None,
-                               in_window: tuple[str, datetime] | None) -> Verdict | None:
-        """:func:`record_response` and its verdict; a stop whose latch failed after the
-        response was recorded is latched again on its own (retried like any write),
-        never by recording the response twice."""
-        try:
-            return await record_response(self.pool, self.task_id, self.conversation_key, summary, self.settings,
-                                         settlement, request_id=self.request_id,
-                                         seen_answer_sha256=self.seen_answer_sha256,
-                                         reservation_id=self.reservation_id, budget_window=in_window,
-                                         model=(self.model or "") if self.counted else None)
-        except LatchPending as pending:
-            reason, detail = pending.verdict.reason or "stopped", dict(pending.verdict.detail)
-            await self._retried(lambda: self._latch(reason, detail), f"the {reason} stop of task {self.task_id}")
-            return None
+        await retried(write, what, self.settings.accounting_retry_s)
 
     async def _set_anchor(self, anchor: Anchor) -> None:
         async with self.pool.acquire() as conn:
@@ -280,19 +231,6 @@ class Accounting:
     async def _execute(self, statement: str) -> None:
         async with self.pool.acquire() as conn:
             await conn.execute(statement, self.task_id)
-
-    async def _settle_budgets(self, usage: Usage | None, settlement: Settlement | None) -> None:
-        async with self.pool.acquire() as conn:
-            spent = await budget_ledger.settle(
-                conn, self.budget_windows, usage.input_tokens if usage else 0, usage.output_tokens if usage else 0,
-                settlement.cost_usd if settlement else Decimal(0), settlement.release_usd if settlement else Decimal(0),
-                self.reservation_id, self.model)
-        for budget_id, cost_usd in spent:
-            events.BUDGET_SPENT.emit(events.BudgetSpent(budget_id, cost_usd))
-
-    async def _latch(self, reason: str, detail: dict[str, Any]) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            await task_rows.set_latch(conn, self.task_id, reason, detail, request_id=self.request_id)
 
     async def _record_event(self, kind: str, outcome: Outcome) -> None:
         async with self.pool.acquire() as conn, conn.transaction():

@@ -10,7 +10,7 @@ turn); the client's request is otherwise unchanged.
   (:func:`app.guard.strike_rules.note`), when its action is ``warn`` or its ``strike``
   did not latch;
 - a pending note of the conversation: a soft rule struck or warned about the previous
-  answer (:mod:`app.guard.strikes`); taken from the database (delivered once) only when
+  answer (:mod:`app.ledger.strikes`); taken from the database (delivered once) only when
   the task's row says one may be pending (``pending_notes``), so other requests pay
   nothing.
 
@@ -27,7 +27,7 @@ import asyncpg
 from app import events
 from app.guard.detector import Action, Verdict
 from app.guard.strike_rules import REASON_NO_PROGRESS, note
-from app.guard.strikes import take_note
+from app.ledger.strikes import take_note
 from app.settings import Settings
 from app.task import Task
 

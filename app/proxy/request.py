@@ -32,7 +32,7 @@ from app.budgets.keys import is_budget_key
 from app.config.routing import Route
 from app.config.schema import Provider
 from app.errors import CLOSE, GatewayError
-from app.guard.ledger import GuardRequest
+from app.guard.judge import GuardRequest
 from app.guard.request_text import conversation_key_of, text_actions_of
 from app.guard.result_prints import config_for, fingerprints_off_loop
 from app.guard.text_actions import guard_calls

@@ -1,63 +1,44 @@
-"""The tool-call ledger: durable I/O around the pure detector.
+"""A finished response recorded on its task: usage and dollars into the task's counters,
+into its one budget window when no hold is released and into the spend record, its tool
+calls into the ledger, and the loop guard's stop latched; all after the exchange
+(:mod:`app.settlement.exchange` runs it, once per admission).
 
-One ``tool_calls`` row per tool call invocation per task, keyed by tool call id, with
-the tool name (ids and names longer than 256 characters or holding NUL or a lone
-surrogate are stored as ``sha256:<hex>``, :func:`app.db.bounds.ledger_text`), SHA-256
-of the canonical arguments, SHA-256 of the result, the resolved failure flag, the
-conversation key and a global order (``seq``). A call id seen again (every request
-resends the history) never counts twice: inserts are ``ON CONFLICT DO NOTHING`` and results are written only once.
-
-- :func:`record_request` runs inside admission, with the task row locked: it adds the
-  new results a request carries and asks the detector for a verdict *before* the
-  request may be forwarded.
-- :func:`record_response` runs when a response finishes: its tool calls enter the
-  ledger as pending, usage is added to the task's counters, and the tool-call
-  ceilings are checked (one call of ``taskgate_record_response()``, migration 0011,
-  then the detector); an answer without tool calls extends or breaks the
-  conversation's run of identical answers (``repeated_response``).
-
-Results are hashed after the result normaliser (:mod:`app.guard.normalize`), a
-bounded prefix and suffix of long ones (:mod:`app.guard.result_prints`, computed
-before admission); with ``TASKGATE_LEDGER_RAW_RESULT_HASH`` the raw text's hash is
-kept beside it. Each result is also flagged ``is_empty``
-(:func:`app.guard.fingerprint.is_empty_result`, on the normalised text).
+:func:`record_response` runs when a response finishes: its tool calls enter the ledger
+as pending (:mod:`app.ledger.tool_calls` writes a request's), usage is added to the
+task's counters, and the tool-call ceilings are checked (one call of
+``taskgate_record_response()``, migration 0011, then the detector); an answer without
+tool calls extends or breaks the conversation's run of identical answers
+(``repeated_response``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any
 
 import asyncpg
 
 from app import events
+from app.admission.cost import Settlement
 from app.db import sql
 from app.db import tasks as task_rows
-from app.guard import conversations, known_windows
 from app.guard.conversation_rules import answer_repeats, repeated_response
-from app.guard.detector import MIN_WINDOW, Action, CallRecord, Thresholds, Verdict, detect, window_size
-from app.guard.ledger_rows import call_rows, result_rows, window_records
-from app.guard.normalize import Normalizer
+from app.guard.detector import MIN_WINDOW, Action, Verdict, window_size
+from app.guard.judge import judge
 from app.guard.policy import Policy, response_repeats, rule_action
-from app.guard.result_prints import RequestPrints, config_for, fingerprints
+from app.ledger import known_windows
+from app.ledger.rows import call_rows, window_records
+from app.ledger.tool_calls import history as read_window
 from app.settings import Settings
 from app.task import LoopGuard, Task
-from app.wire.base import ResponseSummary, ToolCall, ToolResult, Usage
-
-if TYPE_CHECKING:  # the settlement is admission's; the ledger only writes its numbers
-    from app.admission.cost import Settlement
+from app.wire.base import ResponseSummary, Usage
 
 logger = logging.getLogger(__name__)
 
 # The statements: app/db/sql/ledger.sql (each written out whole, with what it shares).
-_INSERT_CALLS = sql.statement("ledger_insert_calls")
-_COMPLETE_CALLS = sql.statement("ledger_complete_calls")
-_HISTORY = sql.statement("ledger_history")
-_COUNT_CALLS = sql.statement("ledger_count_calls")
 _ADD_USAGE = sql.statement("ledger_add_usage")
 _ADD_USAGE_IN_WINDOW = sql.statement("ledger_add_usage_in_window")
 _ADD_ANSWER = sql.statement("ledger_add_answer")
@@ -76,106 +57,6 @@ def _counters(usage: Usage | None, settlement: Settlement | None) -> tuple[int, 
     tokens = (usage.input_tokens, usage.output_tokens) if usage is not None else (0, 0)
     money = (settlement.cost_usd, settlement.release_usd) if settlement is not None else (Decimal(0), Decimal(0))
     return None if not any(tokens) and not any(money) else (*tokens, *money)
-
-
-@dataclass(slots=True)
-class GuardRequest:
-    """What the loop guard needs from one request: its conversation key, the tool
-    calls of the trailing assistant turn and the new tool results."""
-
-    conversation_key: str
-    tool_calls: Sequence[ToolCall] = field(default_factory=list)
-    tool_results: Sequence[ToolResult] = field(default_factory=list)
-    #: Fingerprints computed before admission (:mod:`app.guard.result_prints`); ``None``:
-    #: computed in :func:`record_request`.
-    prints: RequestPrints | None = None
-
-
-def _describe(verdict: Verdict, thresholds: Thresholds, conversation_key: str,
-              normalizer: Normalizer) -> Verdict:
-    """Add the conversation key, the thresholds and the result normalisers in force
-    (rule names, ``[]`` when results were compared raw) to a verdict's detail."""
-    detail = dict(verdict.detail)
-    detail.setdefault("conversation_key", conversation_key)
-    detail["result_normalizers"] = normalizer.names
-    detail["thresholds"] = {
-        "identical_streak": thresholds.identical_streak,
-        "cycle_repeats": thresholds.cycle_repeats,
-        "failure_streak": thresholds.failure_streak,
-        "per_tool": dict(thresholds.per_tool),
-        "tool_call_limit": thresholds.tool_call_limit,
-        "empty_result_streak": thresholds.empty_result_streak,
-        "conversation_tool_call_limit": thresholds.conversation_tool_call_limit,
-    }
-    return Verdict(verdict.action, verdict.reason, verdict.count, detail)
-
-
-async def _insert_calls(conn: asyncpg.Connection, task_id: str, conversation_key: str,
-                        calls: Sequence[ToolCall], hashes: Sequence[str] | None = None,
-                        preview_chars: int = 0) -> int:
-    """Insert calls as pending (duplicates ignored; ``hashes``: their arguments' hashes
-    when computed already; ``preview_chars``: keep that much of each call's redacted
-    arguments, :mod:`app.guard.preview`); returns how many were new."""
-    if not calls:
-        return 0
-    rows = await conn.fetch(_INSERT_CALLS, task_id, conversation_key, *call_rows(calls, hashes, preview_chars))
-    return len(rows)
-
-
-def judge(history: Sequence[CallRecord], policy: Policy, conversation_key: str, normalizer: Normalizer, *,
-          task_tool_calls: int, conversation_tool_calls: int) -> Verdict:
-    """The detector's verdict on a conversation's window (oldest first), described
-    (conversation key, thresholds, normalisers in force)."""
-    thresholds = policy.thresholds
-    return _describe(detect(history, thresholds, task_tool_calls=task_tool_calls,
-                            conversation_tool_calls=conversation_tool_calls), thresholds, conversation_key, normalizer)
-
-
-async def _history(conn: asyncpg.Connection, task_id: str, conversation_key: str,
-                   thresholds: Thresholds) -> list[CallRecord]:
-    rows = await conn.fetch(_HISTORY, task_id, conversation_key, window_size(thresholds))
-    return [CallRecord(*row) for row in reversed(rows)]
-
-
-async def record_request(conn: asyncpg.Connection, task: Task, guard: GuardRequest,
-                         policy: Policy, *, request_id: str | None = None) -> Verdict:
-    """Add a request's new tool results to the ledger and judge the conversation.
-
-    Runs in the admission transaction with the task row locked: only writes the
-    fingerprints ``guard.prints`` computed before admission (recomputed here, bounded,
-    when absent or computed under another configuration). Results whose tool
-    call id is unknown (neither in the ledger nor in the request's trailing assistant
-    turn) cannot be attributed to a tool and are skipped. Returns ``OK`` without
-    running the detector when nothing new was recorded (a resent history).
-    ``request_id`` goes into the ``loop_warning`` event.
-    """
-    task_id = task.id
-    key = guard.conversation_key
-    settings = policy.settings
-    thresholds = policy.thresholds
-    config = config_for(task, settings)
-    prints = guard.prints
-    if prints is None or prints.config != config:  # none yet, or the task's loop_guard changed since
-        prints = fingerprints(guard.tool_calls, guard.tool_results, config)
-    new_calls = await _insert_calls(conn, task_id, key, guard.tool_calls, prints.arguments,
-                                    settings.ledger_argument_preview)
-    if new_calls:
-        await conn.execute(_COUNT_CALLS, task_id, new_calls)
-    normalizer = config.normalizer
-    completed = []
-    if prints.results:
-        completed = await conn.fetch(_COMPLETE_CALLS, task_id, *result_rows(prints))
-    if not completed and not new_calls:
-        return Verdict(Action.OK)
-    conv_calls = await conversations.add_tool_calls(conn, task_id, key, new_calls,
-                                                    thresholds.conversation_tool_call_limit)
-    history = await _history(conn, task_id, key, thresholds)
-    verdict = judge(history, policy, key, normalizer, task_tool_calls=task.tool_calls + new_calls,
-                    conversation_tool_calls=conv_calls)
-    if verdict.action is Action.WARN:
-        await task_rows.add_event(conn, task_id, "loop_warning", verdict.reason, dict(verdict.detail),
-                                  request_id=request_id)
-    return verdict
 
 
 class LatchPending(Exception):
@@ -251,7 +132,7 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
         thresholds = policy.thresholds
         needed = _remember_window(task_id, window_size(thresholds))
         if needed > window:  # its loop_guard changed since (or first seen here): read the wider window
-            history = await _history(conn, task_id, conversation_key, thresholds)
+            history = await read_window(conn, task_id, conversation_key, thresholds)
             known_windows.put(task_id, conversation_key, needed, history)
         else:
             read = window_records(row)
@@ -294,7 +175,7 @@ async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_ke
     conversation's run of identical answers in one statement (:data:`_ADD_ANSWER`); latch
     the task with ``repeated_response`` when the run reaches the threshold in force (its
     own durable transaction: the first reason wins; :class:`LatchPending` when it fails),
-    unless its action is ``strike`` or ``warn``: then the caller applies it (:mod:`app.guard.strikes`)."""
+    unless its action is ``strike`` or ``warn``: then the caller applies it (:mod:`app.ledger.strikes`)."""
     args = (task_id, *counters, reservation_id, conversation_key, text_sha256, repeat, model)
     row = await (conn.fetchrow(_ADD_ANSWER_IN_WINDOW, *args, *budget_window) if budget_window is not None
                  else conn.fetchrow(_ADD_ANSWER, *args))

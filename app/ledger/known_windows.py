@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from app.guard.detector import CallRecord
-from app.guard.ledger_rows import CallColumns, ResultColumns
+from app.ledger.rows import CallColumns, ResultColumns
 
 MAX_ENTRIES = 10_000
 T = TypeVar("T")

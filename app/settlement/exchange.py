@@ -1,0 +1,186 @@
+"""After the exchange: one admitted request settled, once per admission.
+
+:func:`settle` is the one place a relayed exchange's numbers land, after its last byte
+(or, for an answer the loop guard judges, just before it: :mod:`app.proxy.verdict`).
+The request's dollars were settled in Python (:func:`app.admission.cost.settle`); here
+they are written, with its usage:
+
+- **the budget windows** (:func:`settle_windows`, before the task's; one row per
+  statement): the tokens upstream reported and the dollars settled go into the windows
+  the request was reserved in (also when a window rolled over meanwhile), and its
+  reservation is released. A request counted in one window with no hold to release (the
+  escrow lease path) settles that window in the statement that records it on the task
+  instead (:mod:`app.settlement.response`, the ``*_in_window`` statements). Without a
+  hold to release, a window's settlement commits without waiting for the disk, as the
+  task's usage does (a PostgreSQL crash may lose its last ~0.6 s of usage); a released
+  hold commits durably. A dollar hold's budget windows are recorded on its
+  ``reservations`` row, so a gateway killed with holds in flight loses no allowance past
+  the hold's deadline: the sweeper (:func:`app.admission.reservations.sweep`) releases
+  them from the windows too, and settlement and sweeper never both release one hold;
+- **the task** (:func:`app.settlement.response.record_response`): usage and dollars into
+  its counters, its tool calls into the ledger, the loop guard's stop latched; an
+  admitted request (``counted``) also in the spend record (:mod:`app.db.spend`), with
+  its model, also when upstream reported no usage.
+
+Both in one unit of work that runs once per admission (:func:`app.db.commits.settling`):
+retried after a lost commit, it writes nothing again when the first one landed. A
+database that cannot be reached leaves the unit to the backlog (:func:`retried`).
+Nothing is refunded.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+
+from app import events
+from app.admission.cost import Settlement
+from app.budgets import ledger as budget_ledger
+from app.budgets import model_limits, rates, windows
+from app.budgets.ledger import WindowKey
+from app.db import commits, sql
+from app.db import tasks as task_rows
+from app.db.errors import database_unreachable
+from app.db.retry import backlog
+from app.guard.detector import Verdict
+from app.settings import Settings
+from app.settlement.response import LatchPending, record_response
+from app.wire.base import ResponseSummary, Usage
+
+# The statements: app/db/sql/budgets.sql (budget_*).
+#: The request's ``reservations`` row gives up its budget windows: only the first of
+#: settlement and the sweeper gets them.
+_TAKE_HOLD = sql.statement("budget_take_hold")
+#: One window at a time: settlement never holds two window locks, so it can never close a
+#: circle with an admission (which locks the chain root first). Durable when it releases
+#: a hold; without one (the escrow lease path) committed relaxed, like the task's own
+#: usage. Their twin for a one-window chain without a hold is the ``settled`` part of the
+#: guard's ``ledger_*_in_window`` statements (app/db/sql/ledger.sql), which records the
+#: response on the task in the same statement; ``tests/test_sql_budgets.py`` keeps the
+#: columns they add the same.
+_SETTLE_HOLD = sql.statement("budget_settle_hold")
+_SETTLE_USAGE = sql.statement("budget_settle_usage")
+
+
+async def retried(write: Callable[[], Awaitable[object]], what: str, retry_s: float) -> None:
+    """Run ``write``; if the database is unreachable, leave it to the backlog (retried
+    every ``retry_s`` seconds; ``what`` names it in the log). Other errors propagate."""
+    try:
+        await write()
+    except Exception as exc:
+        if not database_unreachable(exc):
+            raise
+        backlog.submit(write, what, retry_s, exc)
+
+
+async def settle(pool: asyncpg.Pool, settings: Settings, task_id: str, conversation_key: str,
+                 summary: ResponseSummary, settlement: Settlement | None, *,
+                 budget_windows: Sequence[WindowKey] = (), reservation_id: int | None = None,
+                 admission_key: uuid.UUID | None = None, request_id: str | None = None,
+                 seen_answer_sha256: str | None = None, model: str | None = None,
+                 counted: bool = False) -> tuple[bool, Verdict | None]:
+    """Settle one exchange (see the module docstring): its ``budget_windows`` (where the
+    request was counted), then its record on the task (``summary``'s usage, tool calls
+    and answer, ``settlement``'s dollars; ``reservation_id``: the hold's row, deleted as
+    it settles), in one unit once per ``admission_key``. ``model``: the request's model;
+    ``counted``: an admitted request, into the spend record. Returns whether there was
+    anything to settle (then it was written, or left to the backlog when the database
+    could not be reached) and the ledger's verdict (``None``: nothing judged). A stop
+    whose latch failed after the response was recorded is latched again on its own
+    (retried like any write), never by recording the response twice. Errors other than
+    an unreachable database propagate."""
+    usage = summary.usage
+    # one window and no hold to release (the escrow lease path): settled with the task's
+    # usage, in its statement; else first, on its own: it releases the budget windows
+    # only while the hold's row is there
+    in_window = (budget_windows[0] if len(budget_windows) == 1 and not budget_ledger.settles_apart(
+        budget_windows) and not (settlement is not None and settlement.release_usd) else None)
+    in_budgets = bool(budget_windows and in_window is None and (usage is not None or settlement is not None))
+    recorded = bool(summary.tool_calls or usage is not None or settlement is not None
+                    or summary.text_sha256 is not None or counted)
+    if not (in_budgets or recorded):
+        return False, None
+    verdict: Verdict | None = None
+    retry_s = settings.accounting_retry_s
+
+    async def latch(reason: str, detail: dict[str, Any]) -> None:
+        async with pool.acquire() as conn, conn.transaction():
+            await task_rows.set_latch(conn, task_id, reason, detail, request_id=request_id)
+
+    async def record() -> None:
+        """The budget windows' settlement, then the response's record, in one
+        transaction that runs once per admission: retried after a lost commit, it
+        writes nothing again when the first one landed (app.db.commits.settling)."""
+        nonlocal verdict
+        async with commits.settling(pool, admission_key, task_id if in_budgets else None) as first:
+            if not first:
+                return
+            if in_budgets:
+                await _settle_budgets(pool, budget_windows, usage, settlement, reservation_id, model)
+            if recorded:
+                try:
+                    verdict = await record_response(pool, task_id, conversation_key, summary, settings, settlement,
+                                                    request_id=request_id, seen_answer_sha256=seen_answer_sha256,
+                                                    reservation_id=reservation_id, budget_window=in_window,
+                                                    model=(model or "") if counted else None)
+                except LatchPending as pending:
+                    reason, detail = pending.verdict.reason or "stopped", dict(pending.verdict.detail)
+                    verdict = None
+                    await retried(lambda: latch(reason, detail), f"the {reason} stop of task {task_id}", retry_s)
+    await retried(record, f"the budget settlement, usage ({usage.input_tokens if usage else 0} input, "
+                  f"{usage.output_tokens if usage else 0} output tokens), cost and "
+                  f"{len(summary.tool_calls)} tool calls of a response of task {task_id}", retry_s)
+    return True, verdict
+
+
+async def _settle_budgets(pool: asyncpg.Pool, keys: Sequence[WindowKey], usage: Usage | None,
+                          settlement: Settlement | None, reservation_id: int | None, model: str | None) -> None:
+    async with pool.acquire() as conn:
+        spent = await settle_windows(
+            conn, keys, usage.input_tokens if usage else 0, usage.output_tokens if usage else 0,
+            settlement.cost_usd if settlement else Decimal(0), settlement.release_usd if settlement else Decimal(0),
+            reservation_id, model)
+    for budget_id, cost_usd in spent:
+        events.BUDGET_SPENT.emit(events.BudgetSpent(budget_id, cost_usd))
+
+
+async def settle_windows(conn: asyncpg.Connection, keys: Sequence[WindowKey], input_tokens: int, output_tokens: int,
+                         cost_usd: Decimal, release_usd: Decimal, reservation_id: int | None,
+                         model: str | None = None, at: datetime | None = None) -> list[tuple[str, Decimal]]:
+    """Add a finished request's tokens and dollars to the windows it was reserved in and
+    release its reservation, unless the sweeper released it (a gateway that was taken for
+    dead; :mod:`app.admission.reservations`): exactly once either way. Runs before the
+    task's own settlement deletes the ``reservations`` row. Returns each budget's settled
+    dollars in that window now. A budget with model limits also settles the rows of the
+    globs matching ``model``, one with ``tokens_per_minute`` the tokens into the minute of
+    ``at`` (default: now; :func:`app.budgets.ledger.settles_apart`), after the windows: the
+    order admission locks in (windows, then the globs' rows, then the minute's)."""
+    if reservation_id is not None and release_usd:
+        if await conn.fetchval(_TAKE_HOLD, reservation_id) is None:
+            release_usd = Decimal(0)  # the sweeper released it: the gateway was taken for dead
+    statement = _SETTLE_HOLD if release_usd else _SETTLE_USAGE
+    spent = []
+    for budget_id, window_start in keys:  # each its own statement, root first
+        row = await conn.fetchrow(statement, budget_id, window_start, input_tokens, output_tokens, cost_usd,
+                                  release_usd)
+        if row is not None:
+            spent.append((row["budget_id"], row["cost_usd"]))
+    notes = budget_ledger.noted_apart(keys)
+    if notes:
+        await _settle_apart(conn, notes, input_tokens + output_tokens, input_tokens, output_tokens, cost_usd, model, at)
+    return spent
+
+
+async def _settle_apart(conn: asyncpg.Connection, notes: list[tuple[WindowKey, tuple[tuple[str, ...], bool]]],
+                        tokens: int, input_tokens: int, output_tokens: int, cost_usd: Decimal, model: str | None,
+                        at: datetime | None) -> None:
+    rows = [(b, s, g) for (b, s), (globs, _) in notes for g in globs
+            if model is not None and fnmatch.fnmatchcase(model, g)]
+    await model_limits.settle(conn, rows, input_tokens, output_tokens, cost_usd)
+    await rates.settle(conn, [b for (b, _), (_, tpm) in notes if tpm], tokens, at or windows.now())
