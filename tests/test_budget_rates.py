@@ -25,6 +25,7 @@ import httpx
 import pytest
 
 from app.testing.upstream import UpstreamServer
+from tests.browser import NULLISH, console_errors, css, login, wait
 from tests.support import ADMIN_TOKEN, GatewayProcess, started
 
 pytestmark = pytest.mark.timeout(300)
@@ -301,30 +302,23 @@ def test_cli_sets_rates_and_model_limits(gateways) -> None:
     assert none.exit_code == 0 and '"model_limits": []' in none.output, none.output
 
 
-def test_the_dashboard_shows_rates_and_model_limits() -> None:
+def test_the_dashboard_shows_rates_and_model_limits(page_gateway, page_admin, driver) -> None:
     """The budget's page lists its rates with this minute's count and each glob's limits
-    with its spend (headless Chromium, the dashboard tests' own gateway)."""
+    with its spend (headless Chromium, on a gateway with a database of its own)."""
     import openai
 
-    from tests.browser import chromium, console_errors
-    from tests.support import Admin, fresh_database
-    from tests.test_console_dashboard import _NULLISH, _css, _login, _wait
-
-    with fresh_database() as url, UpstreamServer() as upstream, GatewayProcess(url, upstream.base_url) as gw:
-        admin = Admin(gw.url)
-        budget = f"rated-{secrets.token_hex(3)}"
-        assert admin.http.post("/admin/budgets", json={"id": budget, "requests_per_minute": 100, "model_limits": [
-            {"model": "m*", "token_limit": 50_000}]}).status_code == 201
-        _, token = admin.create_task(budget=budget)
-        openai.OpenAI(base_url=gw.url + "/v1", api_key=token, max_retries=0).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}])
-        with chromium() as driver:
-            _login(driver, gw.url, ADMIN_TOKEN)
-            driver.get(gw.url + f"/ui/#/budget/{budget}")
-            _wait(driver, lambda d: "per minute" in _css(d, "#rates").text, "the rates")
-            assert "100 requests per minute (this minute: 1 requests" in _css(driver, "#rates").text
-            _wait(driver, lambda d: "/ 50,000 tokens" in _css(d, "#model-limits").text or
-                  "/ 50000 tokens" in _css(d, "#model-limits").text, "the model limits")
-            assert _css(driver, "#model-limits").text.startswith("m*: ")
-            assert not _NULLISH.search(_css(driver, "main").text)
-            assert not console_errors(driver)
+    budget = f"rated-{secrets.token_hex(3)}"
+    assert page_admin.http.post("/admin/budgets", json={"id": budget, "requests_per_minute": 100, "model_limits": [
+        {"model": "m*", "token_limit": 50_000}]}).status_code == 201
+    _, token = page_admin.create_task(budget=budget)
+    openai.OpenAI(base_url=page_gateway.url + "/v1", api_key=token, max_retries=0).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}])
+    login(driver, page_gateway.url, ADMIN_TOKEN)
+    driver.get(page_gateway.url + f"/ui/#/budget/{budget}")
+    wait(driver, lambda d: "per minute" in css(d, "#rates").text, "the rates")
+    assert "100 requests per minute (this minute: 1 requests" in css(driver, "#rates").text
+    wait(driver, lambda d: "/ 50,000 tokens" in css(d, "#model-limits").text or
+         "/ 50000 tokens" in css(d, "#model-limits").text, "the model limits")
+    assert css(driver, "#model-limits").text.startswith("m*: ")
+    assert not NULLISH.search(css(driver, "main").text)
+    assert not console_errors(driver)
