@@ -29,6 +29,10 @@ httptools parser, so :class:`BoundedHttpToolsProtocol` adds both:
   past its cap of the address holding the most (never one with a request in progress).
 - **First-byte deadline** (``first_byte_timeout_s``): a new connection that sends
   nothing within it is closed (shorter than the header deadline).
+- **Disconnects reported**: every request's scope offers the
+  :data:`app.proxy.relay.ON_DISCONNECT` extension, so the relay learns that its client
+  left from this protocol's ``connection_lost`` instead of a task per exchange waiting
+  on ``receive`` (~1 KiB per open stream: the task, its coroutines, a waiter).
 
 A protocol class is uvicorn's documented extension point (its ``http`` option).
 """
@@ -36,11 +40,12 @@ A protocol class is uvicorn's documented extension point (its ``http`` option).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Callable
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from app.client_caps import ClientCaps
+from app.proxy.relay import ON_DISCONNECT
 from app.settings import Settings, get_settings
 
 _408 = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
@@ -94,7 +99,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
     # that dict past its first size, ~1.5 KiB more per connection (tracemalloc).
     __slots__ = ("_header_timeout_s", "_max_header_bytes", "_header_bytes", "_body_timeout_s", "_header_timer",
                  "_body_timer", "_body_pending", "_too_large", "_request_begun", "_caps", "_first_byte_timeout_s",
-                 "_first_byte_timer", "_peer", "_over_cap_timeout_s", "_unfinished")
+                 "_first_byte_timer", "_peer", "_over_cap_timeout_s", "_unfinished", "_extensions",
+                 "_on_disconnect")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -114,6 +120,22 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._peer: str | None = None  # counted in the caps while set
         self._over_cap_timeout_s = settings.over_cap_header_timeout_s
         self._unfinished = False
+        # one per connection, given to each of its requests' scopes
+        self._extensions: dict[str, dict[object, object]] = {ON_DISCONNECT: {"watch": self._watch_disconnect}}
+        self._on_disconnect: Callable[[], None] | None = None
+
+    def _watch_disconnect(self, callback: Callable[[], None] | None) -> None:
+        """The :data:`~app.proxy.relay.ON_DISCONNECT` extension
+        (:class:`app.proxy.relay.OnDisconnect`): ``callback`` runs (``call_soon``) when
+        the connection is lost before the current response completed; ``None`` withdraws it."""
+        self._on_disconnect = callback
+        if callback is None:
+            return
+        if self.cycle is not None and self.cycle.disconnected:  # gone already
+            self._on_disconnect = None
+            self.loop.call_soon(callback)
+        else:
+            self.flow.resume_reading()  # as uvicorn's receive() does while it waits: a close is seen
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -188,6 +210,9 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
                     del _over_cap[self._peer]
             self._peer = None
         super().connection_lost(exc)
+        callback, self._on_disconnect = self._on_disconnect, None
+        if callback is not None and self.cycle is not None and self.cycle.disconnected:  # mid-response
+            self.loop.call_soon(callback)
 
     def _silent(self) -> None:
         """No byte within the first-byte deadline: close (nothing to answer)."""
@@ -197,6 +222,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.scope["extensions"] = self._extensions
         self._header_bytes = 0
         self._request_begun = True  # the header deadline is armed after this read (data_received)
 

@@ -38,7 +38,10 @@
   SSE field or comment, whatever its content type (``text/plain``, ``application/json``).
 - **Provider keys** are masked in relayed headers and bytes (:mod:`app.proxy.redact`).
 - **Client disconnects** are watched for the whole exchange; the upstream request is
-  cancelled at once and its connection released.
+  cancelled at once and its connection released. A server that offers the
+  :data:`ON_DISCONNECT` extension (:mod:`app.server`'s protocol) calls the relay back when
+  the client's connection is lost, which costs no task per exchange; under any other
+  server a task of its own waits on ``receive`` for ``http.disconnect``.
 - **Stops**: :meth:`RelayResponse.cut` ends the exchange when its task is latched
   elsewhere (:mod:`app.proxy.stop_watch`): before the response has started the
   upstream request is cancelled and the client gets the stop refusal (400/409); a
@@ -54,7 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator, Awaitable, Callable, Protocol
 
 import httpx
 from starlette.responses import Response
@@ -75,6 +78,19 @@ from app.wire import json_text
 from app.wire.base import WireFormat
 
 logger = logging.getLogger(__name__)
+
+#: The ASGI extension through which a server reports a lost client connection:
+#: ``scope["extensions"][ON_DISCONNECT]["watch"]``, an :class:`OnDisconnect`.
+ON_DISCONNECT = "taskgate.on_disconnect"
+
+
+class OnDisconnect(Protocol):
+    """The :data:`ON_DISCONNECT` extension: ``callback`` is called once, soon (from the
+    event loop), when the client's connection is lost before the response completed
+    (at once when it already was); ``None`` withdraws it. One callback per connection
+    at a time."""
+
+    def __call__(self, callback: Callable[[], None] | None, /) -> None: ...
 
 
 class RelayResponse(Response):
@@ -157,8 +173,13 @@ class RelayResponse(Response):
         return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watch = asyncio.ensure_future(_wait_for_disconnect(receive))
-        watch.add_done_callback(self._client_left)
+        on_disconnect: OnDisconnect | None = (scope.get("extensions") or {}).get(ON_DISCONNECT, {}).get("watch")
+        watch: asyncio.Future[None] | None = None
+        if on_disconnect is not None:
+            on_disconnect(self._client_gone)
+        else:
+            watch = asyncio.ensure_future(_wait_for_disconnect(receive))
+            watch.add_done_callback(self._client_left)
         try:
             if self._stop is None:  # else cut before it began
                 await self._relay_here(send)
@@ -170,7 +191,10 @@ class RelayResponse(Response):
                 self._stream.watch.close()
             if self._untrack is not None:
                 self._untrack()
-            watch.cancel()
+            if watch is not None:
+                watch.cancel()
+            elif on_disconnect is not None:
+                on_disconnect(None)
             if self._judging is not None and not self._judging.done():  # a client that left meanwhile
                 await asyncio.wait([self._judging])  # the decision is written in full, never half
             if self.outcome.kind == "disconnected" and self._stream is not None:
@@ -213,7 +237,12 @@ class RelayResponse(Response):
 
     def _client_left(self, watch: asyncio.Future[None]) -> None:
         """The disconnect watch ended: the client left (unless the watch was cancelled)."""
-        if not watch.cancelled() and self._task is not None:
+        if not watch.cancelled():
+            self._client_gone()
+
+    def _client_gone(self) -> None:
+        """The client left: the relay, while it runs, is cancelled."""
+        if self._task is not None:
             self.outcome.kind = "disconnected"
             self._cancel_relay()
 
