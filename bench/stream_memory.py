@@ -11,8 +11,8 @@ taskgate ÷ bare relay.
 
 Options:
 
-- ``--baseline REV``: also measure the gateway of git revision ``REV`` (its ``app/``
-  exported with ``git archive`` into the scratch directory, the working tree untouched)
+- ``--baseline REV``: also measure the gateway of git revision ``REV`` (exported with
+  ``git archive`` into the scratch directory, the working tree untouched)
   as a third path in every round: before/after of a change in one run.
 - ``--tracemalloc``: instead of RSS, the Python allocations per stream in the gateway
   (``tracemalloc``, 1 frame, started before ``app`` is imported): the sites whose
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -115,11 +116,12 @@ def per_stream_kib(svc: Service, tokens: list[str], streams: int) -> tuple[float
 
 
 def _export(rev: str, into: FsPath) -> FsPath:
-    """``app/`` of git revision ``rev`` in ``into`` (``git archive``; nothing in the repo changes)."""
+    """Git revision ``rev`` in ``into`` (``git archive``; nothing in the repo changes), with
+    this checkout's ``bench`` (``bench.stream_memory serve`` runs the revision's app)."""
     into.mkdir(parents=True)
-    archive = subprocess.run(["git", "archive", rev, "app"], cwd=REPO, capture_output=True, check=True).stdout
+    archive = subprocess.run(["git", "archive", rev], cwd=REPO, capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    # bench.stream_memory serve must import too: the current bench, the old app
+    shutil.rmtree(into / "bench")
     os.symlink(REPO / "bench", into / "bench")
     return into
 
