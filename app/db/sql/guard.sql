@@ -1,4 +1,4 @@
--- The guard's storage (app.guard.conversations, app.guard.strikes): per-conversation
+-- The guard's storage (app.ledger.conversations, app.ledger.strikes): per-conversation
 -- counters, strikes and pending notes. Callers hold the task's row lock.
 
 -- name: conversation_get

@@ -1,5 +1,5 @@
--- The guard ledger's statements (app.guard.ledger): the tool-call ledger, a response's
--- usage and settlement, a text answer's run of repeated answers.
+-- The guard ledger's statements (app.ledger.tool_calls, app.settlement.response): the tool-call
+-- ledger, a response's usage and settlement, a text answer's run of repeated answers.
 --
 -- Shared parts are written out in each statement that runs them, so each reads whole:
 -- - held/task: the request's hold row ($6, app.admission.reservations) is deleted in the
@@ -13,7 +13,7 @@
 --   hold is released (the escrow lease path), after the task's row (the order admission
 --   locks in); the columns are those budget_settle_usage (budgets.sql) adds, its twin
 --   for every other chain (tests/test_sql_budgets.py keeps them the same);
--- - the history window as taskgate_record_response returns it (app.guard.ledger_rows).
+-- - the history window as taskgate_record_response returns it (app.ledger.rows).
 -- tests/test_sql_home.py checks every copy against one composition of the shared parts.
 
 -- name: ledger_insert_calls
