@@ -1,0 +1,206 @@
+"""Settlements of many admissions in one statement (issue 39): rounds, duplicates,
+one failing row, once per admission, the same rows as one settlement at a time, and
+exact across processes (app.db.batch, app.db.settlements)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from decimal import Decimal
+
+import asyncpg
+import pytest
+
+from app.db import commits, settlements, sql
+from app.db.batch import Batcher
+from app.db.settlements import UsageSettlement
+
+
+async def test_items_arriving_while_a_round_is_in_flight_go_together_in_the_next():
+    rounds: list[list[int]] = []
+    gate = asyncio.Event()
+
+    async def run(items):
+        rounds.append(list(items))
+        await gate.wait()
+        return [i * 10 for i in items]
+
+    batcher: Batcher[int, int] = Batcher(run, lanes=1, max_items=4)
+    calls = [asyncio.create_task(batcher.submit(0))]
+    await asyncio.sleep(0.01)  # in flight
+    calls += [asyncio.create_task(batcher.submit(i)) for i in range(1, 7)]
+    await asyncio.sleep(0.01)
+    gate.set()
+    assert await asyncio.gather(*calls) == [i * 10 for i in range(7)]
+    assert rounds == [[0], [1, 2, 3, 4], [5, 6]]  # the first at once, alone; then at most max_items
+
+
+async def test_a_failing_item_fails_alone_and_a_lost_connection_fails_its_round():
+    async def run(items):
+        await asyncio.sleep(0)
+        if "lost" in items:
+            raise ConnectionResetError("gone")
+        if "bad" in items:
+            raise ValueError("bad item")
+        return [s.upper() for s in items]
+
+    batcher: Batcher[str, str] = Batcher(run, lanes=1)
+    first = asyncio.create_task(batcher.submit("a"))
+    await asyncio.sleep(0)  # in flight: the rest go in the next round
+    rest = [asyncio.create_task(batcher.submit(s)) for s in ("b", "bad", "c")]
+    assert await first == "A"
+    done = await asyncio.gather(*rest, return_exceptions=True)
+    assert done[0] == "B" and done[2] == "C" and isinstance(done[1], ValueError)  # sent again, each alone
+
+    first = asyncio.create_task(batcher.submit("a"))
+    await asyncio.sleep(0)
+    rest = [asyncio.create_task(batcher.submit(s)) for s in ("b", "lost")]
+    await first
+    done = await asyncio.gather(*rest, return_exceptions=True)
+    assert all(isinstance(d, ConnectionResetError) for d in done)  # the round's outcome: unknown to each
+
+
+async def _task(pool: asyncpg.Pool, reserved: str = "0") -> str:
+    task_id = f"sb-{uuid.uuid4().hex[:10]}"
+    await pool.execute("INSERT INTO tasks (id, token_hash, request_limit, reserved_usd) VALUES ($1, $1, 100, $2)",
+                       task_id, Decimal(reserved))
+    return task_id
+
+
+async def _admitted(pool: asyncpg.Pool, task_id: str) -> uuid.UUID:
+    key = commits.new_key()
+    await pool.execute("INSERT INTO admissions (key, task_id) VALUES ($1, $2)", key, task_id)
+    return key
+
+
+async def _hold(pool: asyncpg.Pool, task_id: str, usd: str) -> int:
+    hold: int = await pool.fetchval(
+        "INSERT INTO reservations (task_id, amount_usd, deadline_at, owner_host, owner_pid, owner_started_at)"
+        " VALUES ($1, $2, now() + interval '1 hour', 'h', 1, 0) RETURNING id", task_id, Decimal(usd))
+    return hold
+
+
+async def _row(pool: asyncpg.Pool, task_id: str) -> tuple[object, ...]:
+    t = await pool.fetchrow("SELECT input_tokens, output_tokens, cost_usd, reserved_usd FROM tasks WHERE id = $1",
+                            task_id)
+    spend = await pool.fetch("SELECT model, requests, input_tokens, output_tokens, cost_usd FROM spend_daily"
+                             " WHERE task_id = $1 ORDER BY model", task_id)
+    holds = await pool.fetchval("SELECT count(*) FROM reservations WHERE task_id = $1", task_id)
+    return tuple(t), tuple(tuple(r) for r in spend), holds
+
+
+def _one(key: uuid.UUID, task_id: str, i: int, hold: int | None = None, release: str = "0",
+         model: str | None = "m") -> UsageSettlement:
+    return UsageSettlement(key, task_id, 10 + i, 1 + i, Decimal("0.01") * (i + 1), Decimal(release), hold, model)
+
+
+async def test_a_batch_writes_what_one_settlement_at_a_time_writes_duplicates_included(pool):
+    """Task a three times in one statement (one with a hold), b once; the same
+    settlements on twin tasks through settling + ledger_add_usage, one by one."""
+    batched, single = {}, {}
+    for name in ("a", "b"):
+        batched[name], single[name] = await _task(pool, "0.50"), await _task(pool, "0.50")
+    plans = [("a", None), ("a", "0.30"), ("a", None), ("b", "0.20")]
+    items, alone = [], []
+    for i, (name, held) in enumerate(plans):
+        model = "m" if i != 2 else None  # not an admitted request's spend
+        for tasks, out in ((batched, items), (single, alone)):
+            hold = await _hold(pool, tasks[name], held) if held else None
+            out.append(_one(await _admitted(pool, tasks[name]), tasks[name], i, hold, held or "0", model))
+    rows = await pool.fetch(sql.statement("settle_usage_batch"), *(
+        [getattr(i, f) for i in items] for f in UsageSettlement.__slots__))
+    assert [(r["n"], r["locked"], r["first"]) for r in rows] == [(n, True, True) for n in range(1, 5)]
+    for s in alone:
+        async with commits.settling(pool, s.key) as first:
+            assert first
+            async with pool.acquire() as conn:
+                await conn.execute(sql.statement("ledger_add_usage"), s.task_id, s.input_tokens, s.output_tokens,
+                                   s.cost_usd, s.release_usd, s.reservation_id, s.model)
+    for name in ("a", "b"):
+        assert await _row(pool, batched[name]) == await _row(pool, single[name])
+    task, spend, holds = await _row(pool, batched["a"])
+    assert task == (10 + 11 + 12, 1 + 2 + 3, Decimal("0.06"), Decimal("0.20")) and holds == 0
+    assert [s[:2] for s in spend] == [("m", 2)]
+    settled = await pool.fetchval("SELECT count(*) FROM admissions WHERE key = ANY($1) AND settled_at IS NOT NULL",
+                                  [i.key for i in items])
+    assert settled == 4
+
+
+async def test_once_per_admission_and_a_missing_task(pool):
+    task_id = await _task(pool)
+    key = await _admitted(pool, task_id)
+    item = _one(key, task_id, 0)
+    assert await settlements.settle_usage(pool, item) is True
+    assert await settlements.settle_usage(pool, item) is True  # landed before: nothing written again
+    assert (await _row(pool, task_id))[0][:2] == (10, 1)
+    pruned = _one(commits.new_key(), task_id, 0)  # not in the log: written, unmarked
+    assert await settlements.settle_usage(pool, pruned) is True
+    assert (await _row(pool, task_id))[0][:2] == (20, 2)
+    assert await settlements.settle_usage(pool, _one(commits.new_key(), "no-such-task", 0)) is False
+
+
+async def test_one_failing_row_does_not_fail_the_others(pool):
+    tasks = [await _task(pool) for _ in range(4)]
+    items = [_one(await _admitted(pool, t), t, 0) for t in tasks]
+    big = 2 ** 63 - 1  # the task's input tokens would pass bigint: that settlement alone fails
+    items[2] = UsageSettlement(items[2].key, tasks[2], big, 0, Decimal(0), Decimal(0), None, None)
+    await pool.execute("UPDATE tasks SET input_tokens = 1 WHERE id = $1", tasks[2])
+    batcher = settlements.batcher(pool)
+    rounds = batcher.rounds
+    first = asyncio.create_task(settlements.settle_usage(pool, items[0]))  # goes alone; the rest queue
+    await asyncio.sleep(0.001)
+    others = [asyncio.create_task(settlements.settle_usage(pool, i)) for i in items[1:]]
+    assert await first is True
+    done = await asyncio.gather(*others, return_exceptions=True)
+    assert done[0] is True and done[2] is True
+    assert isinstance(done[1], asyncpg.NumericValueOutOfRangeError)
+    assert batcher.rounds > rounds + 1
+    for t, expected in zip(tasks, (10, 10, 1, 10)):
+        assert (await _row(pool, t))[0][0] == expected
+
+
+_PROCESS = """
+import asyncio, sys, uuid
+from decimal import Decimal
+from app.db import commits, settlements
+from app.db.pool import create_pool
+from app.settings import Settings
+
+async def main(url, tasks, n):
+    pool = await create_pool(url, Settings(database_url=url))
+    async def one(i):
+        task_id = tasks[i % len(tasks)]
+        key = commits.new_key()
+        await pool.execute("INSERT INTO admissions (key, task_id) VALUES ($1, $2)", key, task_id)
+        item = settlements.UsageSettlement(key, task_id, 3, 2, Decimal("0.001"), Decimal(0), None, "m")
+        assert await settlements.settle_usage(pool, item)
+    await asyncio.gather(*(one(i) for i in range(n)))
+    print(settlements.batcher(pool).rounds, settlements.batcher(pool).items)
+    await pool.close()
+
+asyncio.run(main(sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])))
+"""
+
+
+async def test_exact_across_processes(pool, database_url):
+    """Two processes settle 300 responses each on the same five tasks at once: every
+    token counted once, each task's spend row counts every request, no deadlock."""
+    tasks = [await _task(pool) for _ in range(5)]
+    procs = [await asyncio.create_subprocess_exec(sys.executable, "-c", _PROCESS, database_url, ",".join(tasks), "300",
+                                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    outs = [await p.communicate() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1].decode()[-2000:] for o in outs]
+    rounds, items = (sum(int(o[0].split()[k]) for o in outs) for k in (0, 1))
+    assert items == 600 and rounds < items  # batched
+    for t in tasks:
+        task, spend, _ = await _row(pool, t)
+        assert task[:3] == (360, 240, Decimal("0.120"))
+        assert spend == (("m", 120, 360, 240, Decimal("0.120")),)
+
+
+@pytest.fixture(autouse=True)
+def _no_stale_batchers():
+    yield
+    settlements._batchers.clear()
