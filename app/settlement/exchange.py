@@ -44,7 +44,7 @@ from app.admission.cost import Settlement
 from app.budgets import ledger as budget_ledger
 from app.budgets import model_limits, rates, windows
 from app.budgets.ledger import WindowKey
-from app.db import commits, sql
+from app.db import commits, settlements, sql
 from app.db import tasks as task_rows
 from app.db.errors import database_unreachable
 from app.db.retry import backlog
@@ -113,11 +113,20 @@ async def settle(pool: asyncpg.Pool, settings: Settings, task_id: str, conversat
         async with pool.acquire() as conn, conn.transaction():
             await task_rows.set_latch(conn, task_id, reason, detail, request_id=request_id)
 
+    batched = None  # only usage and dollars on the task: in one statement with others' (app.db.settlements)
+    if admission_key is not None and not budget_windows and not summary.tool_calls and summary.text_sha256 is None:
+        batched = settlements.UsageSettlement(
+            admission_key, task_id, usage.input_tokens if usage else 0, usage.output_tokens if usage else 0,
+            settlement.cost_usd if settlement else Decimal(0), settlement.release_usd if settlement else Decimal(0),
+            reservation_id, (model or "") if counted else None)
+
     async def record() -> None:
         """The budget windows' settlement, then the response's record, in one
         transaction that runs once per admission: retried after a lost commit, it
         writes nothing again when the first one landed (app.db.commits.settling)."""
         nonlocal verdict
+        if batched is not None and await settlements.settle_usage(pool, batched):
+            return
         async with commits.settling(pool, admission_key, task_id if in_budgets else None) as first:
             if not first:
                 return
