@@ -149,7 +149,7 @@ def tool_calls_tables(ledger: JsonObject) -> tuple[Table, Table]:
 def exports(url: str, token: str) -> str:
     """The lines to paste into an agent's shell."""
     base = url.rstrip("/")
-    return (f"# OpenAI-style agents (openai SDK, Codex CLI, opencode, ...)\n"
+    return (f"# OpenAI-style agents (openai SDK, Qwen Code, ...; Codex CLI, opencode: taskgate docs agents)\n"
             f"export OPENAI_BASE_URL={base}/v1 OPENAI_API_KEY={token}\n"
             f"# Anthropic-style agents (anthropic SDK, Claude Code)\n"
             f"export ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY={token}")
