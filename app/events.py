@@ -34,6 +34,8 @@ logs, stop webhook and traces) subscribe once at start-up (:func:`app.main.creat
   :data:`BUDGET_USAGE` (:class:`BudgetUsage`): the fraction of a limit a window used changed.
 - :data:`TASK_THRESHOLD` (:class:`TaskThreshold`): a task reached one of its warning
   thresholds (once per limit value across processes, committed; :mod:`app.budgets.task_thresholds`).
+  Both threshold events are a :class:`Threshold` (the limit, what was used, the sentence)
+  with their subject's id (a budget's with its window).
 - :data:`MCP_CALL` (:class:`McpCall`): a ``tools/call`` through ``/mcp/<name>`` ended.
 
 Emitting is synchronous and cheap (a loop over the subscribers); a subscriber must not
@@ -224,24 +226,31 @@ class BudgetSpent:
     cost_usd: Decimal
 
 
-@dataclass(frozen=True, slots=True)
-class BudgetThreshold:
-    """Budget ``budget_id`` used ``threshold`` percent of its ``limit`` (``request_limit``,
-    ``token_limit``, ``cost_limit_usd``; value ``limit_value``) in the window from
-    ``window_start`` to ``window_end`` (``None``: lifetime): ``spent`` and ``held`` in the
-    limit's unit (requests, tokens, US dollars), ``fraction`` = spent / limit; ``message``
-    says it in words."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Threshold:
+    """A warning threshold reached, by a budget's window (:class:`BudgetThreshold`) or a
+    task (:class:`TaskThreshold`): ``threshold`` percent of its ``limit``
+    (``request_limit``, ``token_limit``, ``cost_limit_usd``; value ``limit_value``) used;
+    ``spent`` and ``held`` in the limit's unit (requests, tokens, US dollars),
+    ``fraction`` = spent / limit; ``message`` says it in words."""
 
-    budget_id: str
     limit: str
     threshold: float
     limit_value: Decimal
     spent: Decimal
     held: Decimal
     fraction: float
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetThreshold(Threshold):
+    """Budget ``budget_id`` reached a :class:`Threshold` in the window from
+    ``window_start`` to ``window_end`` (``None``: lifetime)."""
+
+    budget_id: str
     window_start: datetime
     window_end: datetime | None
-    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,21 +262,11 @@ class BudgetUsage:
     fraction: float
 
 
-@dataclass(frozen=True, slots=True)
-class TaskThreshold:
-    """Task ``task_id`` used ``threshold`` percent of its ``limit`` (``request_limit``,
-    ``token_limit``, ``cost_limit_usd``; value ``limit_value``): ``spent`` and ``held`` in
-    the limit's unit (requests, tokens, US dollars), ``fraction`` = spent / limit;
-    ``message`` says it in words."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskThreshold(Threshold):
+    """Task ``task_id`` reached a :class:`Threshold`."""
 
     task_id: str
-    limit: str
-    threshold: float
-    limit_value: Decimal
-    spent: Decimal
-    held: Decimal
-    fraction: float
-    message: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -131,8 +131,8 @@ async def _announce(conn: asyncpg.Connection, usage: TaskUsage, threshold: float
     except asyncpg.ForeignKeyViolationError:
         return 0  # the task was deleted meanwhile
     events.TASK_THRESHOLD.emit(events.TaskThreshold(
-        usage.task_id, usage.limit, threshold, usage.limit_value, usage.spent, usage.held, usage.fraction,
-        message))
+        task_id=usage.task_id, limit=usage.limit, threshold=threshold, limit_value=usage.limit_value,
+        spent=usage.spent, held=usage.held, fraction=usage.fraction, message=message))
     return 1
 
 

@@ -163,8 +163,9 @@ async def _announce(conn: asyncpg.Connection, usage: Usage, threshold: float) ->
             "window_start": _instant(usage.window_start),
             "resets_at": _instant(usage.window_end) if usage.window_end else None, "message": message})
     events.BUDGET_THRESHOLD.emit(events.BudgetThreshold(
-        usage.budget_id, usage.limit, threshold, usage.limit_value, usage.spent, usage.held, usage.fraction,
-        usage.window_start, usage.window_end, message))
+        budget_id=usage.budget_id, limit=usage.limit, threshold=threshold, limit_value=usage.limit_value,
+        spent=usage.spent, held=usage.held, fraction=usage.fraction, window_start=usage.window_start,
+        window_end=usage.window_end, message=message))
     return 1
 
 

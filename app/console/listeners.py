@@ -113,6 +113,7 @@ def budget_exhausted(event: events.BudgetExhausted) -> None:
 
 
 def budget_threshold(event: events.BudgetThreshold) -> None:
+    """A warning line and the webhook's ``budget.threshold``."""
     logger.warning("%s", event.message, extra={"budget_id": event.budget_id, "reason": event.limit})
     webhook.schedule_threshold(event)
 
@@ -125,7 +126,7 @@ def task_threshold(event: events.TaskThreshold) -> None:
     """A warning line, ``taskgate_task_warnings_total`` and the webhook's ``task.threshold``."""
     logger.warning("%s", event.message, extra={"task_id": event.task_id, "reason": event.limit})
     metrics.TASK_WARNINGS.labels(event.limit, metrics.threshold_label(event.threshold)).inc()
-    webhook.schedule_task_threshold(event)
+    webhook.schedule_threshold(event)
 
 
 def mcp_call(event: events.McpCall) -> None:

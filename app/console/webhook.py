@@ -1,10 +1,10 @@
 """The stop webhook (``TASKGATE_STOP_WEBHOOK_URL``): tell someone when a task stops, or
 a budget runs out (``budget.exhausted``, :func:`budget_payload`: once per budget window,
 across processes, decided in admission), or reaches a warning threshold
-(``budget.threshold``, :func:`threshold_payload`: once per budget, window, limit and
-threshold, across processes; :mod:`app.budgets.thresholds`), and a task reaches one
-(``task.threshold``, :func:`task_threshold_payload`: once per task, limit value and
-threshold, across processes; :mod:`app.budgets.task_thresholds`).
+(``budget.threshold``: once per budget, window, limit and threshold, across processes;
+:mod:`app.budgets.thresholds`), and a task reaches one (``task.threshold``: once per
+task, limit value and threshold, across processes; :mod:`app.budgets.task_thresholds`),
+both :func:`threshold_payload`.
 
 :func:`schedule` is called where the latch is set, inside its transaction. Delivery
 runs off the request path in a background task that first waits until the
@@ -93,42 +93,28 @@ def budget_payload(event: events.BudgetExhausted) -> dict[str, Any]:
     }
 
 
-def threshold_payload(event: events.BudgetThreshold) -> dict[str, Any]:
-    """The JSON document for a threshold crossed (``text``: a Slack message too): the
-    budget, the window, the limit and its value, what was spent and held (requests,
-    tokens or US dollars, as numbers), the fraction used and the sentence."""
-    def utc(at: datetime | None) -> str | None:
-        return at.astimezone(timezone.utc).isoformat() if at is not None else None
+def threshold_payload(event: events.BudgetThreshold | events.TaskThreshold) -> dict[str, Any]:
+    """The JSON document for a threshold crossed (``text``: a Slack message too), a
+    budget's (``budget.threshold``) or a task's (``task.threshold``): its id, the limit and
+    its value, what was spent and held (requests, tokens or US dollars, as numbers), the
+    fraction used, a budget's window (``window_start``, ``resets_at``: ``None`` for a
+    lifetime) and the sentence."""
+    if isinstance(event, events.BudgetThreshold):
+        subject: dict[str, Any] = {"event": "budget.threshold", "budget_id": event.budget_id}
+        resets = event.window_end.astimezone(timezone.utc).isoformat() if event.window_end is not None else None
+        window = {"window_start": event.window_start.astimezone(timezone.utc).isoformat(), "resets_at": resets}
+    else:
+        subject, window = {"event": "task.threshold", "task_id": event.task_id}, {}
     return {
         "text": slack_escape(f"taskgate: {event.message}"),
-        "event": "budget.threshold",
-        "budget_id": event.budget_id,
+        **subject,
         "limit": event.limit,
         "threshold": event.threshold,
         "limit_value": event.limit_value,
         "spent": event.spent,
         "held": event.held,
         "fraction": event.fraction,
-        "window_start": utc(event.window_start),
-        "resets_at": utc(event.window_end),
-        "message": event.message,
-    }
-
-
-def task_threshold_payload(event: events.TaskThreshold) -> dict[str, Any]:
-    """The JSON document for a task's threshold crossed (``text``: a Slack message too):
-    the task, the limit and its value, what was spent and held (requests, tokens or US
-    dollars, as numbers), the fraction used and the sentence."""
-    return {
-        "text": slack_escape(f"taskgate: {event.message}"),
-        "event": "task.threshold",
-        "task_id": event.task_id,
-        "limit": event.limit,
-        "threshold": event.threshold,
-        "limit_value": event.limit_value,
-        "spent": event.spent,
-        "held": event.held,
-        "fraction": event.fraction,
+        **window,
         "message": event.message,
     }
 
@@ -163,17 +149,18 @@ class StopWebhook:
                 return dict(row)
         return None  # rolled back (or the database stayed away): nothing to announce
 
-    def schedule_budget(self, event: events.BudgetExhausted | events.BudgetThreshold) -> None:
-        payload = budget_payload(event) if isinstance(event, events.BudgetExhausted) else threshold_payload(event)
-        body = json.dumps(payload, default=_number).encode()
-        task = asyncio.get_running_loop().create_task(self._post(body, f"budget {event.budget_id}", {}))
-        self.pending.add(task)
-        task.add_done_callback(self.pending.discard)
+    def schedule_budget(self, event: events.BudgetExhausted) -> None:
+        self._schedule_post(budget_payload(event), f"budget {event.budget_id}", {})
 
-    def schedule_task_threshold(self, event: events.TaskThreshold) -> None:
-        body = json.dumps(task_threshold_payload(event), default=_number).encode()
-        task = asyncio.get_running_loop().create_task(
-            self._post(body, f"task {event.task_id}", {"task_id": event.task_id}))
+    def schedule_threshold(self, event: events.BudgetThreshold | events.TaskThreshold) -> None:
+        if isinstance(event, events.BudgetThreshold):
+            self._schedule_post(threshold_payload(event), f"budget {event.budget_id}", {})
+        else:
+            self._schedule_post(threshold_payload(event), f"task {event.task_id}", {"task_id": event.task_id})
+
+    def _schedule_post(self, payload: dict[str, Any], what: str, extra: dict[str, str]) -> None:
+        body = json.dumps(payload, default=_number).encode()
+        task = asyncio.get_running_loop().create_task(self._post(body, what, extra))
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 
@@ -223,16 +210,11 @@ def schedule_budget(event: events.BudgetExhausted) -> None:
         _active.schedule_budget(event)
 
 
-def schedule_threshold(event: events.BudgetThreshold) -> None:
-    """Announce a threshold crossed (committed, once across processes; no-op without a URL)."""
+def schedule_threshold(event: events.BudgetThreshold | events.TaskThreshold) -> None:
+    """Announce a budget's or a task's threshold crossed (committed, once across
+    processes; no-op without a URL)."""
     if _active is not None:
-        _active.schedule_budget(event)
-
-
-def schedule_task_threshold(event: events.TaskThreshold) -> None:
-    """Announce a task's threshold crossed (committed, once across processes; no-op without a URL)."""
-    if _active is not None:
-        _active.schedule_task_threshold(event)
+        _active.schedule_threshold(event)
 
 
 def _number(value: Any) -> Any:
