@@ -64,6 +64,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -398,19 +399,19 @@ async def _judge(conn: asyncpg.Connection, task: Task, policy: Policy, request: 
             return await _latch(conn, task, reason, {**detail, "conversation_key": conversation_key},
                                 request_id), verdict
     if not rule.admissible:
-        breach = limit_breach(task, rule.now, rule.reservation_usd)
-        if breach is None:  # tests/test_admission_rule.py keeps the two in step
+        limit = limit_breach(task, rule.now, rule.reservation_usd)
+        if limit is None:  # tests/test_admission_rule.py keeps the two in step
             raise RuleMismatch(f"taskgate_admissible refused task {task.id!r}; limit_breach names no limit")
-        return await _latch(conn, task, *breach, request_id), verdict
+        return await _latch(conn, task, *limit, request_id), verdict
     if limits.active:
         await conversations.count_request(conn, task.id, conversation_key)
     return None, verdict
 
 
 async def _latch(conn: asyncpg.Connection, task: Task, reason: str,
-                 detail: dict[str, Any], request_id: str | None) -> GatewayError:
+                 detail: Mapping[str, Any], request_id: str | None) -> GatewayError:
     """Set the latch for a stop; the refusal to answer with."""
-    await task_rows.set_latch(conn, task.id, reason, detail, request_id=request_id)
+    await task_rows.set_latch(conn, task.id, reason, dict(detail), request_id=request_id)
     return stop_refusal(task, reason, detail)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from app.admission.cost import dollars
 from app.db import sql
-from app.stop_reasons import StopReason
+from app.stop_reasons import CostLimitDetail, MaxDurationDetail, RequestLimitDetail, StopReason, TokenLimitDetail
 from app.task import Task
 
 #: The rule of a one-statement admission, on the task row it counts (the table
@@ -31,10 +31,12 @@ ADMISSIBLE = sql.inline("taskgate_admissible(tasks) AND taskgate_one_statement(t
 #: The ``SET`` of a counted request (its first admission starts ``max_duration_s``).
 COUNT_REQUEST = ("admitted_requests = admitted_requests + 1,"
                  " first_admitted_at = COALESCE(first_admitted_at, now()), updated_at = now()")
+#: The ``stop_detail`` of a limit's stop (:mod:`app.stop_reasons`).
+LimitDetail = RequestLimitDetail | TokenLimitDetail | MaxDurationDetail | CostLimitDetail
 
 
 def limit_breach(task: Task, now: datetime,
-                 reservation_usd: Decimal | None = None) -> tuple[StopReason, dict[str, Any]] | None:
+                 reservation_usd: Decimal | None = None) -> tuple[StopReason, LimitDetail] | None:
     """Which limit admitting one more request would break, or ``None``.
 
     Returns ``(stop_reason, stop_detail)`` with
@@ -48,25 +50,22 @@ def limit_breach(task: Task, now: datetime,
     :func:`app.admission.charge.charge_refusal` refused it).
     """
     if task.admitted_requests >= task.request_limit:
-        return "request_limit", {
-            "admitted_requests": task.admitted_requests,
-            "request_limit": task.request_limit,
-        }
+        return "request_limit", RequestLimitDetail(admitted_requests=task.admitted_requests,
+                                                   request_limit=task.request_limit)
     tokens = task.total_tokens
     if task.token_limit is not None and tokens >= task.token_limit:
-        return "token_limit", {"total_tokens": tokens, "token_limit": task.token_limit}
+        return "token_limit", TokenLimitDetail(total_tokens=tokens, token_limit=task.token_limit)
     first = task.first_admitted_at
     if task.max_duration_s is not None and first is not None:
         elapsed = (now - first).total_seconds()
         if now >= first + timedelta(seconds=task.max_duration_s):
-            return "max_duration", {"elapsed_s": round(elapsed, 3),
-                                    "max_duration_s": task.max_duration_s}
+            return "max_duration", MaxDurationDetail(elapsed_s=round(elapsed, 3), max_duration_s=task.max_duration_s)
     limit = task.cost_limit_usd
     if limit is not None and reservation_usd is not None:
         if task.cost_usd + reservation_usd > limit:  # settled alone: holds never latch
-            return "cost_limit", {"cost_usd": str(task.cost_usd), "reserved_usd": str(task.reserved_usd),
-                                  "request_reservation_usd": str(reservation_usd),
-                                  "cost_limit_usd": str(limit)}
+            return "cost_limit", CostLimitDetail(cost_usd=str(task.cost_usd), reserved_usd=str(task.reserved_usd),
+                                                 request_reservation_usd=str(reservation_usd),
+                                                 cost_limit_usd=str(limit))
     return None
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import asyncpg
 
-from app.admission.limits import limit_breach
+from app.admission.limits import LimitDetail, limit_breach
 from app.db import sql
 from app.guard.detector import Action, CallRecord, Verdict, window_size
 from app.guard.judge import GuardRequest
@@ -166,7 +166,7 @@ class Rerun(Exception):
     which rolls back (nothing this path wrote stays)."""
 
 
-def judge(turn: Turn, policy: Policy, conversation_key: str) -> tuple[Verdict, tuple[str, dict[str, Any]] | None]:
+def judge(turn: Turn, policy: Policy, conversation_key: str) -> tuple[Verdict, tuple[str, LimitDetail] | None]:
     """The loop guard's verdict on a recorded turn, and the limit the locked row had
     reached (``None`` when the turn was counted). The verdict is ``OK`` without running
     the detector when nothing new was recorded (a resent history), else the detector's

@@ -42,7 +42,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
 
-from app.stop_reasons import RepeatedResponseDetail, StopReason
+from app.stop_reasons import (
+    ConversationDurationDetail,
+    ConversationRequestsDetail,
+    RepeatedResponseDetail,
+    StopReason,
+)
 
 DEFAULT_RESPONSE_REPEATS = 5
 
@@ -74,8 +79,9 @@ class ConversationLimits:
         return self.request_limit is not None or self.max_duration_s is not None
 
 
-def conversation_breach(conversation: Mapping[str, Any] | None, limits: ConversationLimits,
-                        now: datetime) -> tuple[StopReason, dict[str, Any]] | None:
+def conversation_breach(
+        conversation: Mapping[str, Any] | None, limits: ConversationLimits, now: datetime,
+) -> tuple[StopReason, ConversationRequestsDetail | ConversationDurationDetail] | None:
     """Which ceiling admitting one more request of this conversation would break.
 
     ``conversation``: its ``conversations`` row (``requests``, ``first_request_at``),
@@ -86,12 +92,13 @@ def conversation_breach(conversation: Mapping[str, Any] | None, limits: Conversa
         return None
     requests = conversation["requests"]
     if limits.request_limit is not None and requests >= limits.request_limit:
-        return REASON_CONVERSATION_REQUEST_LIMIT, {"requests": requests, "threshold": limits.request_limit}
+        return REASON_CONVERSATION_REQUEST_LIMIT, ConversationRequestsDetail(requests=requests,
+                                                                             threshold=limits.request_limit)
     first = conversation["first_request_at"]
     if limits.max_duration_s is not None and first is not None:
         if now >= first + timedelta(seconds=limits.max_duration_s):
-            return REASON_CONVERSATION_MAX_DURATION, {
-                "elapsed_s": round((now - first).total_seconds(), 3), "threshold": limits.max_duration_s}
+            return REASON_CONVERSATION_MAX_DURATION, ConversationDurationDetail(
+                elapsed_s=round((now - first).total_seconds(), 3), threshold=limits.max_duration_s)
     return None
 
 
