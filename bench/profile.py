@@ -8,7 +8,12 @@ does), runs the load, records the gateway with ``py-spy record`` and prints:
 - the share of the gateway's busy samples per category (admission, accounting,
   upstream call, stream relay parts, request parsing, ASGI stack, event loop) and
   that share converted to µs of CPU per request (or per relayed chunk);
-- the hottest functions by own time.
+- the hottest functions by own time;
+- who spends it: each busy sample's own time goes to the package of its innermost
+  Python frame (ours: ``app/``; uvicorn, aiohttp, asyncpg, asyncio, json, …; the event
+  loop's own C code when no coroutine runs), with ``--native`` (py-spy's C and Cython
+  frames) the system calls under each (``write``: a loopback socket write, whose TCP
+  delivery to the reader is charged to the writer), and our functions by own time.
 
 The collapsed stacks are written to ``bench/results/profile-SCENARIO.txt`` (feed
 them to any flame-graph tool). py-spy is not a project dependency: it is looked for
@@ -79,6 +84,48 @@ def classify(frames: list[str]) -> str:
     return RULES[-1][0]
 
 
+#: The packages a sample's own time is counted under (its innermost Python frame's file).
+PACKAGES = ("uvicorn", "aiohttp", "asyncpg", "starlette", "asyncio", "json", "httptools", "uvloop", "yarl",
+            "multidict", "orjson", "re2", "prometheus_client", "sqlalchemy", "opentelemetry", "httpx", "logging")
+
+
+def owner(frame: str) -> str:
+    """Who a frame belongs to: ``ours`` (``app/``), a package of :data:`PACKAGES`, else ``other``."""
+    if "(app/" in frame:
+        return "ours"
+    for name in PACKAGES:
+        if f"({name}/" in frame or f"({name}.py" in frame:
+            return name
+    return "other"
+
+
+def split(raw: Path, pid_main_marker: str = "Runner.run") -> tuple[Counter, Counter, Counter, int]:
+    """Busy samples of the event-loop thread by owner of the innermost Python frame,
+    by (owner, system call) for samples whose leaf is a libc call (``--native`` only), and
+    our functions by own time (the innermost frame in ``app/``, line numbers dropped)."""
+    owners: Counter = Counter()
+    calls: Counter = Counter()
+    ours: Counter = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not n.isdigit():
+            continue
+        frames = stack.split(";")
+        if not any(pid_main_marker in f for f in frames):
+            continue
+        total += int(n)
+        python = [f for f in frames if ".py:" in f]
+        inner = python[-1] if python else ""
+        who = "event loop (C), no coroutine running" if pid_main_marker in inner else owner(inner)
+        owners[who] += int(n)
+        if "(libc" in frames[-1]:
+            calls[(who, frames[-1].split(" ")[0])] += int(n)
+        if who == "ours":
+            ours[inner.rsplit(":", 1)[0] + ")"] += int(n)
+    return owners, calls, ours, total
+
+
 def find_py_spy(explicit: str | None) -> str | None:
     for candidate in (explicit, shutil.which("py-spy"), str(Path(sys.executable).parent / "py-spy"),
                       str(Path(__file__).resolve().parent / ".venv-litellm" / "bin" / "py-spy")):
@@ -112,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="sampling time (s)")
     parser.add_argument("--chunks", type=int, default=500, help="stream scenario: chunks per stream")
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument("--native", action="store_true", help="py-spy --native: C and Cython frames too")
     parser.add_argument("--py-spy", dest="py_spy")
     args = parser.parse_args(argv)
     py_spy = find_py_spy(args.py_spy)
@@ -144,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                 raw = RESULTS / f"profile-{args.scenario}.txt"
                 RESULTS.mkdir(parents=True, exist_ok=True)
                 subprocess.run([py_spy, "record", "--pid", str(gw.pid), "--duration", str(int(args.seconds)),
-                                "--rate", str(args.rate), "--format", "raw", "-o", str(raw)],
+                                "--rate", str(args.rate), "--format", "raw", "-o", str(raw)]
+                               + (["--native"] if args.native else []),
                                capture_output=True, timeout=args.seconds + 60)
                 load.join(args.seconds + 120)
             finally:
@@ -168,6 +217,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {100 * n / total:5.1f}% | {per_req_us * n / total:8,.0f} | {label} |")
     print("\nhottest functions (own time):")
     for frame, n in leaves.most_common(15):
+        print(f"  {100 * n / total:5.1f}%  {frame}")
+    owners, calls, ours, _ = split(raw)
+    print("\nown time by whose code runs (innermost Python frame):\n| share | µs/request | whose |\n|---:|---:|---|")
+    for who, n in owners.most_common():
+        print(f"| {100 * n / total:5.1f}% | {per_req_us * n / total:8,.0f} | {who} |")
+    if calls:
+        print("\nsystem calls (--native), by whose code made them:")
+        for (who, call), n in calls.most_common(8):
+            print(f"  {100 * n / total:5.1f}%  {call} ({who})")
+    print("\nour functions by own time:")
+    for frame, n in ours.most_common(15):
         print(f"  {100 * n / total:5.1f}%  {frame}")
     return 0
 

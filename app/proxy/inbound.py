@@ -43,7 +43,8 @@ def check_headers(raw: list[tuple[bytes, bytes]]) -> None:
     value holds a control character (NUL, CR, LF, DEL...), leading/trailing space, or
     bytes that are not UTF-8 (e.g. ``\xff\xfe``)."""
     for name, value in raw:
-        if not _FIELD_NAME.fullmatch(name) or not _FIELD_VALUE.fullmatch(value) or not _utf8(value):
+        if (not _FIELD_NAME.fullmatch(name) or not _FIELD_VALUE.fullmatch(value)
+                or not (value.isascii() or _utf8(value))):
             shown = name.decode("latin-1")[:64].encode("unicode_escape").decode()
             raise GatewayError(400, "invalid_request_error", "invalid_header",
                                f"Header {shown!r} is not a valid HTTP header. Nothing was "

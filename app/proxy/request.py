@@ -30,7 +30,7 @@ from app.app_state import AppState
 from app.budgets import runs
 from app.budgets.keys import is_budget_key
 from app.config.routing import Route
-from app.config.schema import Provider
+from app.config.schema import GatewayConfig, Provider
 from app.errors import CLOSE, GatewayError
 from app.guard.judge import GuardRequest
 from app.guard.request_text import conversation_key_of, text_actions_of
@@ -49,7 +49,7 @@ from app.proxy.upstream import request_headers, upstream_url
 from app.settings import Settings
 from app.task import Task
 from app.wire import ANTHROPIC_MESSAGES, CHAT_COMPLETIONS, UnknownWirePath, format_for_path
-from app.wire.base import RequestView, WireFormat
+from app.wire.base import ProviderKind, RequestView, WireFormat
 
 #: Set by an operator or an orchestrator to name the conversation (one sub-agent, one
 #: pass); wins over every agent session header and over the first-messages seed.
@@ -68,6 +68,38 @@ def wire_format(path: str, headers: dict[str, str] | None = None) -> WireFormat:
         return format_for_path(path)
     except UnknownWirePath:
         return CHAT_COMPLETIONS
+
+
+class _Routes:
+    """:func:`~app.proxy.providers.route_request`, remembered per model name for the
+    configuration it was asked with (a pure function of both; read once per process):
+    ~8 µs a request (two passes over the ``models`` table, a ``Price`` built from the
+    price table) become a lookup. Errors are not remembered; names longer than
+    :data:`NAME_CHARS` and more than :data:`SIZE` names are not kept."""
+
+    NAME_CHARS = 256
+    SIZE = 1024
+
+    def __init__(self) -> None:
+        self._config: GatewayConfig | None = None
+        self._routes: dict[tuple[ProviderKind, str | None], Route] = {}
+
+    def route(self, config: GatewayConfig, kind: ProviderKind, model: str | None) -> Route:
+        """The route for ``model`` on an endpoint of ``kind``; raises as ``route_request``."""
+        if config is not self._config:
+            self._config, self._routes = config, {}
+        key = (kind, model)
+        found = self._routes.get(key)
+        if found is None:
+            found = route_request(config, kind, model)
+            if model is None or len(model) <= self.NAME_CHARS:
+                if len(self._routes) >= self.SIZE:
+                    self._routes.clear()
+                self._routes[key] = found
+        return found
+
+
+_ROUTES = _Routes()
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +182,7 @@ async def read_request(request: Request, state: AppState) -> ProxyRequest:
         payload = await parse_json_body(body, settings.json_offload_bytes)  # off the loop when large
         requested = payload.get("model")
         named = requested if isinstance(requested, str) else None
-        route = route_request(state.gateway_config, fmt.provider_kind, named)
+        route = _ROUTES.route(state.gateway_config, fmt.provider_kind, named)
         provider = route.provider
         if route.is_alias:  # only the model field changes; every other byte as sent
             body = rewrite_model(body, route.upstream_model)

@@ -27,6 +27,12 @@ HOP_BY_HOP = frozenset({
 _DROP_REQUEST = HOP_BY_HOP | {"authorization", "x-api-key", "api-key", "accept-encoding", "cookie"}
 #: The client's proxy headers (RFC 7239 ``forwarded`` and the de facto ``x-forwarded-*``).
 _PROXY_HEADERS = frozenset({"forwarded", "x-real-ip"})
+#: The same names as ASGI gives them (lower-case bytes): compared without decoding.
+_DROP_REQUEST_RAW = frozenset(name.encode("latin-1") for name in _DROP_REQUEST)
+_PROXY_HEADERS_RAW = frozenset(name.encode("latin-1") for name in _PROXY_HEADERS)
+#: What :func:`_provider_headers` made, by the provider's id (the provider kept, so an id
+#: reused by another object is told apart).
+_PROVIDER_HEADERS: dict[int, tuple[Provider, frozenset[bytes], tuple[tuple[bytes, bytes], ...]]] = {}
 #: Response headers not relayed to the client (the body is re-framed by the gateway;
 #: the gateway's server stamps its own ``date``).
 _DROP_RESPONSE = HOP_BY_HOP | {"content-encoding", "date"}
@@ -51,23 +57,36 @@ def request_headers(provider: Provider, incoming: list[tuple[bytes, bytes]],
     """Headers to send upstream, as raw pairs: the client's (ASGI: lower-case names,
     values as sent), minus credentials, hop-by-hop and (unless ``forward_proxy_headers``)
     proxy headers, plus the provider's extra headers and its key."""
-    extra = {name.encode("latin-1") for name in provider.headers}
+    extra, added = _provider_headers(provider)
     out = []
     for name, value in incoming:
-        text = name.decode("latin-1")
-        if text in _DROP_REQUEST or name in extra:
+        if name in _DROP_REQUEST_RAW or name in extra:
             continue
-        if not forward_proxy_headers and (text in _PROXY_HEADERS or text.startswith("x-forwarded-")):
+        if not forward_proxy_headers and (name in _PROXY_HEADERS_RAW or name.startswith(b"x-forwarded-")):
             continue
         out.append((name, value))
-    out.append((b"accept-encoding", b"identity"))
-    out.extend((name.encode("latin-1"), value.encode()) for name, value in provider.headers.items())
+    out.extend(added)
+    return out
+
+
+def _provider_headers(provider: Provider) -> tuple[frozenset[bytes], tuple[tuple[bytes, bytes], ...]]:
+    """A provider's extra header names, and what every request to it ends with (identity
+    encoding, its extra headers, its key), made once per provider (a frozen model)."""
+    made = _PROVIDER_HEADERS.get(id(provider))
+    if made is not None and made[0] is provider:
+        return made[1], made[2]
+    extra = frozenset(name.encode("latin-1") for name in provider.headers)
+    added = [(b"accept-encoding", b"identity")]
+    added.extend((name.encode("latin-1"), value.encode()) for name, value in provider.headers.items())
     if provider.api_key:
         if provider.kind == "anthropic":
-            out.append((b"x-api-key", provider.api_key.encode()))
+            added.append((b"x-api-key", provider.api_key.encode()))
         else:
-            out.append((b"authorization", f"Bearer {provider.api_key}".encode()))
-    return out
+            added.append((b"authorization", f"Bearer {provider.api_key}".encode()))
+    if len(_PROVIDER_HEADERS) >= 256:
+        _PROVIDER_HEADERS.clear()
+    _PROVIDER_HEADERS[id(provider)] = (provider, extra, tuple(added))
+    return extra, tuple(added)
 
 
 def response_headers(headers: ResponseHeaders) -> list[tuple[bytes, bytes]]:
