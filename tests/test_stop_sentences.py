@@ -3,7 +3,8 @@ hold (missing keys, old shapes, an operator's stop under any code), byte for byt
 ``app.admission.limits.explain_stop`` and the chain behind it wrote them before the stop
 details were typed (issue 35): the table was rendered once with that code, and
 :func:`app.admission.stop_sentences.explain` must say the same. A change here is a change
-to what operators read."""
+to what operators read. One change since: an operator's stop under a limit's code reads the
+operator's sentence (it read the limit's with ``None`` for each number)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ GOLDEN: list[tuple[str | None, dict[str, Any] | None, str | None]] = [
     ("request_limit", {},
      "it used all None requests of its request_limit"),
     ("request_limit", OP,
-     "it used all None requests of its request_limit"),
+     "stopped by an operator: runaway, see ticket 12"),
     ("token_limit", {"total_tokens": 1200, "token_limit": 1000},
      "upstream reported 1200 tokens, at or over its token_limit of 1000"),
     ("token_limit", {},
@@ -52,14 +53,13 @@ GOLDEN: list[tuple[str | None, dict[str, Any] | None, str | None]] = [
      ("$0.00 settled (and $0.00 held by requests in flight); the next request could cost up to $0.00, which "
       "would pass its cost_limit_usd of $0.00 even once nothing else is in flight")),
     ("cost_limit", OP,
-     ("$0.00 settled (and $0.00 held by requests in flight); the next request could cost up to $0.00, which "
-      "would pass its cost_limit_usd of $0.00 even once nothing else is in flight")),
+     "stopped by an operator: runaway, see ticket 12"),
     ("repeated_stalls", {"stalls": 3, "max_stalls": 3, "last_stall": {"code": "stream_stalled"}},
      "upstream streams stalled 3 times; max_stalls is 3"),
     ("repeated_stalls", {},
      "upstream streams stalled None times; max_stalls is None"),
     ("repeated_stalls", OP,
-     "upstream streams stalled None times; max_stalls is None"),
+     "stopped by an operator: runaway, see ticket 12"),
     ("repeated_tool_call", {**CALL, "count": 5, "threshold": 5, "conversation_key": "h:abc",
      "result_normalizers": ["uuid", "iso_time"]},
      ("the agent called grep 5 times in a row with the same arguments and got the same result, compared after "

@@ -29,7 +29,6 @@ from app.stop_reasons import (
     RepeatedResponseDetail,
     RepeatedStallsDetail,
     RequestLimitDetail,
-    StopReason,
     TokenLimitDetail,
     is_stop_reason,
 )
@@ -191,18 +190,12 @@ SENTENCES: Final[Sentences] = {
     "manual": _operator,
 }
 
-#: The limits whose sentence is said even under an operator's detail (an operator's stop
-#: with one of these codes reads the limit's numbers, ``None`` each: as it always has).
-_LIMITS: frozenset[StopReason] = frozenset(
-    ("request_limit", "token_limit", "max_duration", "cost_limit", "repeated_stalls"))
-
-
 def explain(reason: str | None, detail: Mapping[str, Any] | None) -> str | None:
     """One sentence saying why a task stopped, from its ``stop_reason`` and
     ``stop_detail`` (a row as stored: JSON, any shape); ``None`` when there is nothing to
     add (an operator's code without an operator's detail, no reason)."""
     d = detail or {}
-    if is_stop_reason(reason) and (reason in _LIMITS or d.get("by") != "operator"):
+    if is_stop_reason(reason) and d.get("by") != "operator":
         sentence: Callable[[Any], str | None] = SENTENCES[reason]  # the row as its reason's detail
         return sentence(d)
-    return _operator(d)  # an operator's stop under any other code
+    return _operator(d)  # an operator's stop, under any code (a limit's too: its numbers are not in the detail)
