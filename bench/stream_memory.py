@@ -18,7 +18,9 @@ Options:
   (``tracemalloc``, 1 frame, started before ``app`` is imported): the sites whose
   allocated size grew most between the warmed process and the process holding the
   streams, in bytes per open stream (``--top`` lines; ``--group traceback`` for 6-frame
-  sites, slower). tracemalloc's own overhead is not in these figures.
+  sites, slower), for each gateway and the bare relay, then what each gateway allocates
+  per stream beyond the bare relay, by site. tracemalloc's own overhead is not in these
+  figures.
 
 The gateway runs as ``python -m bench.stream_memory serve ARGS…`` (``app.cli serve``
 with the tracemalloc hook installed when ``BENCH_TRACEMALLOC_OUT`` is set; ``SIGUSR1``
@@ -44,13 +46,24 @@ from bench import bare_relay, scenarios
 from bench.config import quick
 from bench.metrics import rss_bytes
 from bench.paths import Path
-from bench.services import REPO, Service, create_tasks, embedded_database, start_gateway, start_upstream
+from bench.services import (
+    REPO,
+    Service,
+    child_env,
+    create_tasks,
+    embedded_database,
+    free_port,
+    spawn,
+    start_gateway,
+    start_upstream,
+    wait_http,
+)
 from bench.upstream import model_name
 
 
-def _serve() -> None:
-    """``serve ARGS…``: ``app.cli serve ARGS…``, with a tracemalloc snapshot on SIGUSR1
-    when ``BENCH_TRACEMALLOC_OUT`` names a file."""
+def _serve(command: str) -> None:
+    """``serve ARGS…``: ``app.cli serve ARGS…`` (``uvicorn ARGS…``: ``uvicorn ARGS…``), with
+    a tracemalloc snapshot on SIGUSR1 when ``BENCH_TRACEMALLOC_OUT`` names a file."""
     out = os.environ.get("BENCH_TRACEMALLOC_OUT")
     if out:
         import tracemalloc
@@ -62,10 +75,27 @@ def _serve() -> None:
             os.replace(out + ".tmp", out)
 
         signal.signal(signal.SIGUSR1, dump)
+    if command == "uvicorn":
+        import uvicorn
+
+        sys.argv = ["uvicorn", *sys.argv[2:]]
+        uvicorn.main()
+        return
     from app.cli import main as cli_main
 
     sys.argv = ["app.cli", *sys.argv[1:]]
     cli_main()
+
+
+def _start_bare_traced(upstream: Service, tmp: FsPath, out: FsPath) -> Service:
+    """The bare relay (:mod:`bench.bare_relay`, same command) with the tracemalloc hook."""
+    port = free_port()
+    svc = spawn("bare_relay-tm", [sys.executable, "-m", "bench.stream_memory", "uvicorn", "bench.bare_relay:app",
+                                  "--port", str(port), "--loop", "uvloop", "--http", "httptools",
+                                  "--no-access-log", "--log-level", "warning"],
+                port, tmp, child_env(BENCH_UPSTREAM=upstream.url, BENCH_TRACEMALLOC_OUT=str(out)))
+    wait_http(svc, "/healthz", 20)
+    return svc
 
 
 def _snapshot(svc: Service, out: FsPath, timeout_s: float = 60.0) -> Any:
@@ -128,9 +158,9 @@ def _export(rev: str, into: FsPath) -> FsPath:
 
 def main(argv: list[str] | None = None) -> int:
     args_in = sys.argv[1:] if argv is None else argv
-    if args_in[:1] == ["serve"]:
+    if args_in[:1] in (["serve"], ["uvicorn"]):
         sys.argv = [sys.argv[0], *args_in]
-        _serve()
+        _serve(args_in[0])
         return 0
     parser = argparse.ArgumentParser(prog="python -m bench.stream_memory", description=__doc__.split("\n")[0])
     parser.add_argument("--streams", type=int, default=1000, help="streams held at once (default 1,000)")
@@ -157,10 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.baseline:
             old = _export(args.baseline, tmp / "baseline")
             paths[f"taskgate@{args.baseline}"] = {"PYTHONPATH": str(old)}
-        if args.tracemalloc:
-            return _tracemalloc(paths, url, upstream, tmp, tokens, args)
         if not args.no_bare:
             paths["bare relay"] = {}
+        if args.tracemalloc:
+            return _tracemalloc(paths, url, upstream, tmp, tokens, args)
         figures: dict[str, list[float]] = {k: [] for k in paths}
         keys = list(paths)
         for r in range(args.rounds):
@@ -193,10 +223,15 @@ def main(argv: list[str] | None = None) -> int:
 def _tracemalloc(paths: dict[str, dict[str, str]], url: str, upstream: Service, tmp: FsPath,
                  tokens: list[str], args: argparse.Namespace) -> int:
     frames = "6" if args.group == "traceback" else "1"
+    per_stream: dict[str, dict[Any, float]] = {}
     for key, env in paths.items():
-        out = tmp / f"{key.replace('@', '-')}.snapshot"
-        svc = start_gateway("gateway-tm", url, upstream, tmp, module="bench.stream_memory",
-                            extra_env={**env, "BENCH_TRACEMALLOC_OUT": str(out), "BENCH_TRACEMALLOC_FRAMES": frames})
+        out = tmp / f"{key.replace('@', '-').replace(' ', '-')}.snapshot"
+        if key == "bare relay":
+            svc = _start_bare_traced(upstream, tmp, out)
+        else:
+            svc = start_gateway("gateway-tm", url, upstream, tmp, module="bench.stream_memory",
+                                extra_env={**env, "BENCH_TRACEMALLOC_OUT": str(out),
+                                           "BENCH_TRACEMALLOC_FRAMES": frames})
         try:
             scenarios.warm(svc.port, tokens[0], quick())
             time.sleep(0.5)
@@ -210,12 +245,20 @@ def _tracemalloc(paths: dict[str, dict[str, str]], url: str, upstream: Service, 
             print(f"{key}: no streams held")
             continue
         stats = during.compare_to(before, args.group)
+        per_stream[key] = {s.traceback: s.size_diff / n for s in stats}
         total = sum(s.size_diff for s in stats)
         print(f"\n{key}: {n} streams open, {total / n:.0f} B of Python allocations per stream")
         for s in stats[:args.top]:
             where = s.traceback.format(limit=6 if args.group == "traceback" else 1)
             print(f"{s.size_diff / n:8.0f} B  {s.count_diff / n:6.2f} blocks  " + " <- ".join(
                 line.strip() for line in where if not line.startswith("    ")))
+    bare = per_stream.pop("bare relay", None)
+    for key, sites in per_stream.items() if bare is not None else ():
+        print(f"\n{key} - bare relay: {sum(sites.values()) - sum(bare.values()):.0f} B per stream; by site:")
+        extra = sorted(((size - bare.get(tb, 0.0), tb) for tb, size in {**dict.fromkeys(bare, 0.0), **sites}.items()),
+                       key=lambda x: -abs(x[0]))
+        for size, tb in extra[:args.top]:
+            print(f"{size:8.0f} B  {tb[0].filename}:{tb[0].lineno}")
     return 0
 
 
