@@ -139,6 +139,11 @@ async def test_once_per_admission_and_a_missing_task(pool):
     assert await settlements.settle_usage(pool, pruned) is True
     assert (await _row(pool, task_id))[0][:2] == (20, 2)
     assert await settlements.settle_usage(pool, _one(commits.new_key(), "no-such-task", 0)) is False
+    twice = _one(await _admitted(pool, task_id), task_id, 0)  # one admission twice in a round: written once
+    rows = await pool.fetch(sql.statement("settle_usage_batch"), *(
+        [getattr(i, f) for i in (twice, twice)] for f in UsageSettlement.__slots__))
+    assert [(r["locked"], r["first"]) for r in rows] == [(True, True), (True, True)]
+    assert (await _row(pool, task_id))[0][:2] == (30, 3)
 
 
 async def test_one_failing_row_does_not_fail_the_others(pool):

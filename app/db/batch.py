@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from app.db.errors import database_unreachable
 
@@ -45,6 +45,7 @@ class Batcher(Generic[Item, Result]):
         raises what its round raised (see the module docstring)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Result] = loop.create_future()
+        future.add_done_callback(_retrieved)  # a cancelled caller's error is not reported as lost
         self._pending.append((item, future))
         if self._running < self._lanes:
             self._running += 1
@@ -83,3 +84,8 @@ class Batcher(Generic[Item, Result]):
         for (_, future), result in zip(round_, results):
             if not future.done():
                 future.set_result(result)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -7,7 +7,8 @@
 -- locks several tasks takes), so two batches never wait on each other in a circle; each
 -- task is settled under its row lock as its own statement would be. A task appearing more
 -- than once in a batch is updated once with the sum of its rows (usage and dollars only
--- add up: no admission rule here), its spend_daily row once per model with its count.
+-- add up: no admission rule here), its spend_daily row once per model with its count; an
+-- admission key twice in a batch is written once.
 
 -- name: settle_usage_batch
 -- $1 admission keys (uuid[]), $2 task ids, $3 input and $4 output tokens, $5 dollars
@@ -29,9 +30,10 @@ marked AS (
      WHERE a.key = input.key
     RETURNING a.key, a.settled_at = now() AS first),
 go AS (
-    SELECT input.*, locked.budget_id FROM input JOIN locked ON locked.id = input.task_id
+    SELECT DISTINCT ON (input.key) input.*, locked.budget_id FROM input JOIN locked ON locked.id = input.task_id
       LEFT JOIN marked ON marked.key = input.key
-     WHERE marked.first IS NOT FALSE),
+     WHERE marked.first IS NOT FALSE
+     ORDER BY input.key, input.n),
 held AS (DELETE FROM reservations r USING go WHERE r.id = go.reservation_id RETURNING r.id),
 per_task AS (
     SELECT go.task_id, sum(go.input_tokens) AS input_tokens, sum(go.output_tokens) AS output_tokens,
