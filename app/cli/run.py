@@ -43,19 +43,25 @@ STOPPED_EXIT_STATUS = 4
 
 
 def agent_env(url: str, task_id: str, token: str) -> dict[str, str]:
-    """The agent's environment: ours plus the four provider variables and the task id."""
+    """The agent's environment: ours plus the four provider variables, the task id and the
+    token again as ``TASKGATE_TOKEN`` (what an MCP client's configuration reads for
+    ``/mcp/<server>``, docs/mcp.md: Claude Code will not send its own credential variables
+    to a remote server)."""
     base = url.rstrip("/")
     return {**os.environ, "OPENAI_BASE_URL": base + "/v1", "OPENAI_API_KEY": token,
-            "ANTHROPIC_BASE_URL": base, "ANTHROPIC_API_KEY": token, "TASKGATE_TASK_ID": task_id}
+            "ANTHROPIC_BASE_URL": base, "ANTHROPIC_API_KEY": token, "TASKGATE_TASK_ID": task_id,
+            "TASKGATE_TOKEN": token}
 
 
 def key_env(url: str, key: str, run: str) -> dict[str, str]:
     """The agent's environment for a run of budget key ``key``: ours plus the four
-    provider variables, the base URLs naming the run (``<url>/run/<run>``), and
-    ``TASKGATE_RUN``; ``TASKGATE_TASK_ID`` removed (it would name some other task)."""
+    provider variables, the base URLs naming the run (``<url>/run/<run>``), the key as
+    ``TASKGATE_TOKEN`` and the run as ``TASKGATE_RUN`` (an MCP client sends both to
+    ``/mcp/<server>``: the key and ``x-taskgate-run``); ``TASKGATE_TASK_ID`` removed (it
+    would name some other task)."""
     base = url.rstrip("/") + RUN_PATH + run
     env = {**os.environ, "OPENAI_BASE_URL": base + "/v1", "OPENAI_API_KEY": key,
-           "ANTHROPIC_BASE_URL": base, "ANTHROPIC_API_KEY": key, "TASKGATE_RUN": run}
+           "ANTHROPIC_BASE_URL": base, "ANTHROPIC_API_KEY": key, "TASKGATE_TOKEN": key, "TASKGATE_RUN": run}
     env.pop("TASKGATE_TASK_ID", None)
     return env
 
@@ -90,7 +96,10 @@ def outcome_lines(task: dict[str, Any]) -> list[str]:
 def remaining_line(task: dict[str, Any], chain: list[dict[str, Any]]) -> str:
     """What the task may still spend, as the ``x-taskgate-remaining-*`` headers say it: the
     least of the task's own room and each budget's of ``chain`` (admin API bodies) in its
-    current window, and when the tightest budget's window resets."""
+    current window, and when the tightest budget's window resets. A stopped task has
+    nothing left until an operator resumes it, whatever its counters say."""
+    if task["status"] == "stopped":
+        return f"taskgate: remaining nothing: the task is stopped until resumed (taskgate tasks resume {task['id']})"
     def least(values: list[Any]) -> Any:
         present = [v for v in values if v is not None]
         return max(0, min(present)) if present else None
