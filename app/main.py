@@ -6,9 +6,10 @@ chooses by path. ``/v1`` and ``/v1/...`` go to the proxy, a plain ASGI app
 (:class:`app.proxy.lane.ProxyApp`); everything else goes to the FastAPI app: the admin
 API, the health routes and exception handlers (:mod:`app.handlers`), the MCP gateway and
 the console (:mod:`app.console.install`, which subscribes to the core's events). The
-FastAPI app runs the lifespan, and the proxy shares its ``state``. Outside the
-dispatcher: the console's middleware that sees every request (tracing), and outermost
-:class:`app.proxy.run_path.RunPath` (``/run/<name>/v1/...`` is ``/v1/...`` of a run).
+FastAPI app runs the lifespan, and the proxy shares its ``state``. The dispatcher first
+reads a run named in the path (``/run/<name>/v1/...`` is ``/v1/...`` of a run,
+:mod:`app.proxy.run_path`); the console's middleware that sees every request (tracing,
+only when OpenTelemetry is on) wraps each of the two apps.
 
 At start-up the lifespan resolves the database (embedded PostgreSQL when
 ``TASKGATE_DATABASE_URL`` is unset), migrates it when configured, and opens one pooled
@@ -47,7 +48,7 @@ from app.proxy.endpoints import DEFAULT_ENDPOINTS, parse_endpoints
 from app.proxy.lane import ProxyApp
 from app.proxy.open_requests import OpenRequests
 from app.proxy.redact import Redactor, provider_keys
-from app.proxy.run_path import RunPath
+from app.proxy.run_path import PREFIX, unprefixed
 from app.proxy.stop_watch import StopWatcher
 from app.proxy.upstream import create_client
 from app.request_ids import RequestIdMiddleware
@@ -75,18 +76,28 @@ def embedded_pgdata(settings: Settings) -> Path | None:
 
 
 class Dispatch:
-    """The two apps by path: ``/v1`` and ``/v1/...`` HTTP requests to ``proxy``, every
-    other scope (the lifespan included) to ``api``."""
+    """The gateway's one outer layer: an HTTP request under ``/run/<name>/`` is the request
+    without that prefix, with the run's header (:func:`app.proxy.run_path.unprefixed`);
+    then ``/v1`` and ``/v1/...`` HTTP requests go to ``proxy``, every other scope (the
+    lifespan included) to ``api``.
 
-    def __init__(self, api: FastAPI, proxy: ASGIApp) -> None:
+    One layer, not a layer per job: every ASGI layer is a coroutine frame held for the
+    life of each open stream (``python -m bench.stream_memory``)."""
+
+    def __init__(self, api: ASGIApp, proxy: ASGIApp) -> None:
         self.api = api
         self.proxy = proxy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and (scope["path"].startswith("/v1/") or scope["path"] == "/v1"):
-            await self.proxy(scope, receive, send)
-        else:
-            await self.api(scope, receive, send)
+        if scope["type"] == "http":
+            path = scope["path"]
+            if path.startswith(PREFIX):
+                scope = unprefixed(scope) or scope
+                path = scope["path"]
+            if path.startswith("/v1/") or path == "/v1":
+                await self.proxy(scope, receive, send)
+                return
+        await self.api(scope, receive, send)
 
 
 def create_app(settings: Settings | None = None) -> ASGIApp:
@@ -149,7 +160,8 @@ def create_app(settings: Settings | None = None) -> ASGIApp:
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)  # the proxy tags its own
     outer = console.install(app)
     handlers.install(app, settings)
-    served: ASGIApp = Dispatch(app, ProxyApp(app.state, settings.access_log))
-    for middleware in reversed(outer):
-        served = middleware(served)
-    return RunPath(served)
+    api: ASGIApp = app
+    proxy: ASGIApp = ProxyApp(app.state, settings.access_log)
+    for middleware in reversed(outer):  # around both apps, inside the run's rewrite
+        api, proxy = middleware(api), middleware(proxy)
+    return Dispatch(api, proxy)

@@ -1,8 +1,8 @@
 """The ``/v1`` proxy as a plain ASGI app, beside the FastAPI app of everything else.
 
 :func:`app.main.create_app` serves both behind one dispatcher that chooses by path:
-``/v1`` and ``/v1/...`` (after :class:`app.proxy.run_path.RunPath` has turned
-``/run/<name>/v1/...`` into them) come here; the rest goes to the FastAPI app (admin API,
+``/v1`` and ``/v1/...`` (``/run/<name>/v1/...`` turned into them first,
+:mod:`app.proxy.run_path`) come here; the rest goes to the FastAPI app (admin API,
 console, health, MCP), which also runs the lifespan. :class:`ProxyApp` shares the FastAPI
 app's ``state`` (:func:`app.app_state.app_state` reads ``request.app.state``), and does
 for each request, with no route matching and no send wrapper on any streamed chunk:

@@ -15,16 +15,16 @@ can do the same by hand. The rules:
   ``/run/<name>/v1/...`` is authenticated, admitted and relayed as ``/v1/...``, and
   ``/run/<name>/mcp/<server>`` as ``/mcp/<server>``.
 
-:class:`RunPath` is the outermost layer of the gateway's ASGI app
-(:func:`app.main.create_app`), so tracing, the dispatcher by path and both apps behind it
-see the rewritten request; any other request costs one ``startswith``.
+The gateway's outer layer (:class:`app.main.Dispatch`) applies :func:`unprefixed` before
+it chooses an app by path, so tracing and both apps see the rewritten request; any other
+request costs one ``startswith``.
 """
 
 from __future__ import annotations
 
 import re
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
 from app.budgets.keys import RUN_HEADER, RUN_NAME_PATTERN
 
@@ -52,14 +52,3 @@ def unprefixed(scope: Scope) -> Scope | None:
         out["raw_path"] = raw[len(head) - 1:]
     return out
 
-
-class RunPath:
-    """ASGI middleware: see the module docstring."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(PREFIX):
-            scope = unprefixed(scope) or scope
-        await self.app(scope, receive, send)
