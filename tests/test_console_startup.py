@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from app.cli import main
 from app.cli import startup_report as sr
+from app.config import GatewayConfig
 from app.settings import Settings
 from tests.support import PROVIDER_KEY, GatewayProcess
 
@@ -43,6 +44,24 @@ def test_serve_warns_and_names_providers_and_sources(database_url, upstream) -> 
     assert "TASKGATE_UPSTREAM_BASE_URL" in sources and "TASKGATE_UPSTREAM_BASEURL" not in sources
     assert "TASKGATE_CONFIG unset" in sources
     assert PROVIDER_KEY not in out
+
+
+def test_start_up_names_mcp_servers_and_warns_of_a_file_without_models() -> None:
+    # found trying a real MCP client: docs/mcp.md's file had no models, every model call was
+    # 404 and neither `serve` nor `config check` said why
+    providers = {"openai": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1"}}
+    config = GatewayConfig.model_validate({
+        "providers": providers, "mcp_servers": [{"name": "git", "url": "http://127.0.0.1:9000/mcp"}]})
+    assert sr.mcp_line(config) == "taskgate: MCP servers: /mcp/git → http://127.0.0.1:9000/mcp"
+    assert sr.no_models_warning(config) == (
+        "taskgate: warning: the configuration has no models table, so every model call answers 404 "
+        "model_not_found (add models: docs/configuration.md)")
+    routed = GatewayConfig.model_validate({"providers": providers, "models": [{"name": "*", "provider": "openai"}]})
+    assert (sr.mcp_line(routed), sr.no_models_warning(routed)) == (None, None)
+
+
+def test_the_run_variables_are_no_unknown_settings() -> None:
+    assert sr.unknown_variables(["TASKGATE_TOKEN", "TASKGATE_RUN", "TASKGATE_TASK_ID"], KNOWN) == []
 
 
 def test_help_lists_every_command_whole() -> None:

@@ -23,12 +23,16 @@ import shutil
 import signal
 import sys
 import tempfile
+from typing import TYPE_CHECKING
 
 import click
 
 from app import startup
 from app.cli.config import check_config, config_group
 from app.cli.help import FullHelpGroup
+
+if TYPE_CHECKING:
+    from app.config import GatewayConfig
 
 
 @click.group(cls=FullHelpGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -105,9 +109,9 @@ def _unknown_variable_warnings() -> list[str]:
     return sr.warning_lines(sr.unknown_variables(names, sr.known_variables(Settings.model_fields)))
 
 
-def _startup_report(settings: object, config: object) -> list[str]:
-    """Where requests go and where the configuration came from
-    (:mod:`app.cli.startup_report`)."""
+def _startup_report(settings: object, config: GatewayConfig) -> list[str]:
+    """Where requests go (providers, MCP servers, a file without models) and where the
+    configuration came from (:mod:`app.cli.startup_report`)."""
     from pathlib import Path
 
     from app.cli import startup_report as sr
@@ -115,9 +119,10 @@ def _startup_report(settings: object, config: object) -> list[str]:
 
     known = sr.known_variables(Settings.model_fields)
     env_file = Path(".env") if Path(".env").is_file() else None
-    return [sr.providers_line(config),  # type: ignore[arg-type]
-            sr.sources_line(os.environ, known, env_file.resolve() if env_file else None,
-                            getattr(settings, "config", None))]
+    lines = [sr.providers_line(config), sr.mcp_line(config), sr.no_models_warning(config),
+             sr.sources_line(os.environ, known, env_file.resolve() if env_file else None,
+                             getattr(settings, "config", None))]
+    return [line for line in lines if line is not None]
 
 
 @main.command(short_help="Apply database migrations.")

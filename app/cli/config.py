@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from app.cli import startup_report as sr
 from app.cli.help import FullHelpGroup
 from app.cli.render import out
 from app.config import ConfigError, GatewayConfig, gateway_config
@@ -73,6 +74,8 @@ def check(path: str | None) -> None:
     count = len(config.mcp_servers)
     mcp = f", {count} MCP server{'s' if count != 1 else ''}" if count else ""
     out.print(f"{source}: OK, {len(config.providers)} providers, {len(config.models)} models{mcp}")
+    if (warning := sr.no_models_warning(config)) is not None:
+        out.print(warning.removeprefix("taskgate: "))
     table = Table(*COLUMNS, box=None, header_style="bold")
     for row in routing_table(config):
         table.add_row(*(row[c] for c in COLUMNS))

@@ -7,6 +7,9 @@
 - :func:`warning_lines`: one ``taskgate: warning: ...`` line per unknown name.
 - :func:`providers_line`: where requests go (each provider, its wire format and base
   URL, whether it has a key; never the key).
+- :func:`mcp_line`: the MCP servers it relays (``/mcp/<name>`` and the server's URL).
+- :func:`no_models_warning`: a configuration file with providers but no ``models``
+  table, which routes no model call anywhere.
 - :func:`sources_line`: where the configuration came from (environment variables by
   name, the ``.env`` file, ``TASKGATE_CONFIG``), values never shown.
 """
@@ -22,10 +25,11 @@ from app.config import GatewayConfig
 PREFIX = "TASKGATE_"
 
 #: ``TASKGATE_*`` names read outside :class:`app.settings.Settings`: the CLI's gateway URL,
-#: the budget key ``taskgate run`` reads and the task id or run name it gives the agent,
+#: the budget key ``taskgate run`` reads and the task id, token or run name it gives the agent,
 #: docker compose's worker count, and the test and benchmark suites' own switches.
 OTHER_VARIABLES = frozenset({
-    "TASKGATE_URL", "TASKGATE_TASK_ID", "TASKGATE_BUDGET_KEY", "TASKGATE_RUN", "TASKGATE_WORKERS",
+    "TASKGATE_URL", "TASKGATE_TASK_ID", "TASKGATE_TOKEN", "TASKGATE_BUDGET_KEY", "TASKGATE_RUN",
+    "TASKGATE_WORKERS",
     "TASKGATE_TEST_DATABASE_URL",
     "TASKGATE_UPDATE_SCREENSHOTS", "TASKGATE_FUZZ_EXAMPLES", "TASKGATE_BENCH_LITELLM_PYTHON",
 })
@@ -64,6 +68,23 @@ def providers_line(config: GatewayConfig) -> str:
     parts = [f"{name} ({p.kind}) → {p.base_url}, {'key set' if p.api_key else 'no key'}"
              for name, p in config.providers.items()]
     return "taskgate: providers: " + "; ".join(parts)
+
+
+def mcp_line(config: GatewayConfig) -> str | None:
+    """``taskgate: MCP servers: /mcp/git → http://127.0.0.1:9000/mcp; ...``, or ``None``
+    when the configuration has none."""
+    if not config.mcp_servers:
+        return None
+    return "taskgate: MCP servers: " + "; ".join(f"/mcp/{s.name} → {s.url}" for s in config.mcp_servers)
+
+
+def no_models_warning(config: GatewayConfig) -> str | None:
+    """A warning when the configuration has providers but an empty ``models`` table: every
+    model call would answer 404 ``model_not_found`` (an MCP-only file looks like this)."""
+    if config.models or not config.providers:
+        return None
+    return ("taskgate: warning: the configuration has no models table, so every model call answers 404 "
+            "model_not_found (add models: docs/configuration.md)")
 
 
 def sources_line(environ: Mapping[str, str], known: frozenset[str], env_file: Path | None,
