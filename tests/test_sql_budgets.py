@@ -46,7 +46,7 @@ UP_COLUMNS = ("b.id, b.parent_id, b.depth, b.request_limit, b.token_limit, b.cos
 FIRST_SIGHT = (
     "WITH RECURSIVE " + COUNTED
     + f" up AS (SELECT {UP_COLUMNS} FROM budgets b JOIN counted ON b.id = counted.budget_id"
-    f" UNION ALL SELECT {UP_COLUMNS} FROM budgets b JOIN up ON b.id = up.parent_id),"
+    f" UNION ALL SELECT {UP_COLUMNS} FROM budgets b JOIN up ON b.id = up.parent_id AND b.depth < up.depth),"
     " mine AS (SELECT l.budget_id, l.window_start FROM budget_leases l JOIN up b ON b.id = l.budget_id"
     " WHERE l.holder = $2 AND l.window_start <= $3 AND (l.window_end IS NULL OR $3 < l.window_end)"
     " AND l.expires_at > now() ORDER BY b.depth FOR UPDATE OF l),"

@@ -22,11 +22,13 @@
 -- modules still own.
 
 -- name: budget_chain
--- A budget ($1) and its ancestors, root first.
+-- A budget ($1) and its ancestors, root first. The walk climbs only to a shallower parent
+-- (the API nests a budget one level under its parent), so a parent cycle written past the
+-- API ends it: each budget once, at most 4 (budgets.depth is 1 to 4).
 WITH RECURSIVE up AS (
     SELECT * FROM budgets WHERE id = $1
     UNION ALL
-    SELECT b.* FROM budgets b JOIN up ON b.id = up.parent_id
+    SELECT b.* FROM budgets b JOIN up ON b.id = up.parent_id AND b.depth < up.depth
 ) SELECT * FROM up ORDER BY depth;
 
 -- name: lease_spend
@@ -334,6 +336,7 @@ SELECT c.*, p.*
 -- as lease_fast_by_token, the chain read from the counted task's budget (none: the
 -- plain fast path), its leases locked root first. Returns the chain's ids too
 -- (lease_chain, for app.budgets.escrow.remember). $4/$5: the admission key and request id.
+-- The chain climbs only to a shallower parent, as budget_chain's (a cycle ends it).
 WITH RECURSIVE counted AS (
     UPDATE tasks SET admitted_requests = admitted_requests + 1,
            first_admitted_at = COALESCE(first_admitted_at, now()), updated_at = now()
@@ -346,7 +349,7 @@ up AS (
     UNION ALL
     SELECT b.id, b.parent_id, b.depth, b.request_limit, b.token_limit, b.cost_limit_usd, b.paused_at,
            b.model_limits, b.requests_per_minute, b.tokens_per_minute
-      FROM budgets b JOIN up ON b.id = up.parent_id),
+      FROM budgets b JOIN up ON b.id = up.parent_id AND b.depth < up.depth),
 mine AS (
     SELECT l.budget_id, l.window_start FROM budget_leases l JOIN up b ON b.id = l.budget_id
      WHERE l.holder = $2 AND l.window_start <= $3 AND (l.window_end IS NULL OR $3 < l.window_end)
@@ -401,7 +404,7 @@ up AS (
     UNION ALL
     SELECT b.id, b.parent_id, b.depth, b.request_limit, b.token_limit, b.cost_limit_usd, b.paused_at,
            b.model_limits, b.requests_per_minute, b.tokens_per_minute
-      FROM budgets b JOIN up ON b.id = up.parent_id),
+      FROM budgets b JOIN up ON b.id = up.parent_id AND b.depth < up.depth),
 mine AS (
     SELECT l.budget_id, l.window_start FROM budget_leases l JOIN up b ON b.id = l.budget_id
      WHERE l.holder = $2 AND l.window_start <= $3 AND (l.window_end IS NULL OR $3 < l.window_end)

@@ -74,13 +74,14 @@ INSERT INTO budget_events (budget_id, kind, reason, detail) VALUES ($1, $2, $3, 
 -- name: budget_paused_tasks
 -- For each task of $1 (ids) under a paused budget: that budget (the root-most paused one
 -- of its chain), its paused_at, paused_by, paused_reason, and the task's own budget.
+-- The chain climbs only to a shallower parent, as budget_chain's (a cycle ends it).
 WITH RECURSIVE up AS (
     SELECT t.id AS task_id, t.budget_id AS own, b.id, b.parent_id, b.depth, b.paused_at, b.paused_by,
            b.paused_reason
       FROM tasks t JOIN budgets b ON b.id = t.budget_id WHERE t.id = ANY($1::text[])
     UNION ALL
     SELECT up.task_id, up.own, b.id, b.parent_id, b.depth, b.paused_at, b.paused_by, b.paused_reason
-      FROM budgets b JOIN up ON b.id = up.parent_id)
+      FROM budgets b JOIN up ON b.id = up.parent_id AND b.depth < up.depth)
 SELECT DISTINCT ON (task_id) task_id, own, id, paused_at, paused_by, paused_reason
   FROM up WHERE paused_at IS NOT NULL ORDER BY task_id, depth;
 
