@@ -126,6 +126,23 @@ def split(raw: Path, pid_main_marker: str = "Runner.run") -> tuple[Counter, Coun
     return owners, calls, ours, total
 
 
+def print_perf(perf: str, data: Path, per_req_us: float) -> int:
+    """The gateway's CPU by shared object from ``perf report`` on ``data``: the
+    interpreter (all Python code: ours, uvicorn, aiohttp's Python, asyncio), the kernel
+    (system calls, loopback TCP), each C extension (uvloop's loop, asyncpg's protocol,
+    aiohttp's parser, orjson, re2)."""
+    report = subprocess.run([perf, "report", "-i", str(data), "--sort", "dso", "--stdio"],
+                            capture_output=True, text=True).stdout
+    print(f"perf: {data}\n\n| share | µs/request | shared object |\n|---:|---:|---|")
+    for line in report.splitlines():
+        share, _, dso = line.strip().partition("%")
+        if line.startswith("#") or not dso.strip() or not share.replace(".", "").isdigit():
+            continue
+        if float(share) >= 0.2:
+            print(f"| {float(share):5.1f}% | {per_req_us * float(share) / 100:8,.0f} | {dso.strip()} |")
+    return 0
+
+
 def find_py_spy(explicit: str | None) -> str | None:
     for candidate in (explicit, shutil.which("py-spy"), str(Path(sys.executable).parent / "py-spy"),
                       str(Path(__file__).resolve().parent / ".venv-litellm" / "bin" / "py-spy")):
@@ -160,9 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=500, help="stream scenario: chunks per stream")
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--native", action="store_true", help="py-spy --native: C and Cython frames too")
+    parser.add_argument("--perf", action="store_true",
+                        help="Linux perf instead of py-spy: the gateway's CPU by shared object (interpreter, kernel, "
+                             "each C extension); CPU time only, where py-spy's samples are wall-clock")
     parser.add_argument("--py-spy", dest="py_spy")
     args = parser.parse_args(argv)
-    py_spy = find_py_spy(args.py_spy)
+    py_spy = shutil.which("perf") if args.perf else find_py_spy(args.py_spy)
+    if py_spy is None and args.perf:
+        print("perf not found: apt-get install linux-perf", file=sys.stderr)
+        return 2
     if py_spy is None:
         print("py-spy not found: pip install py-spy (or pass --py-spy PATH)", file=sys.stderr)
         return 2
@@ -191,10 +214,15 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(1.5)
                 raw = RESULTS / f"profile-{args.scenario}.txt"
                 RESULTS.mkdir(parents=True, exist_ok=True)
-                subprocess.run([py_spy, "record", "--pid", str(gw.pid), "--duration", str(int(args.seconds)),
-                                "--rate", str(args.rate), "--format", "raw", "-o", str(raw)]
-                               + (["--native"] if args.native else []),
-                               capture_output=True, timeout=args.seconds + 60)
+                if args.perf:
+                    raw = RESULTS / f"profile-{args.scenario}.perf"
+                    subprocess.run([py_spy, "record", "-F", "999", "-p", str(gw.pid), "-o", str(raw), "--",
+                                    "sleep", str(int(args.seconds))], capture_output=True, timeout=args.seconds + 60)
+                else:
+                    subprocess.run([py_spy, "record", "--pid", str(gw.pid), "--duration", str(int(args.seconds)),
+                                    "--rate", str(args.rate), "--format", "raw", "-o", str(raw)]
+                                   + (["--native"] if args.native else []),
+                                   capture_output=True, timeout=args.seconds + 60)
                 load.join(args.seconds + 120)
             finally:
                 gw.stop()
@@ -202,7 +230,6 @@ def main(argv: list[str] | None = None) -> int:
         upstream.stop()
         shutil.rmtree(tmp, ignore_errors=True)
 
-    cats, leaves, total = analyse(raw)
     done = out.get("completed") or 0
     proxy_cpu = (out.get("cpu_s") or {}).get("proxy", 0.0)
     per_req_us = proxy_cpu / done * 1e6 if done else float("nan")
@@ -211,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
           f"gateway CPU {per_req_us:,.0f} µs per request"
           + (f", {proxy_cpu / events * 1e6:,.1f} µs per relayed chunk" if args.scenario == "stream" and events else "")
           + f", p50 {((out.get('latency_ms') or {}).get('p50') or float('nan')):.2f} ms")
+    if args.perf:
+        return print_perf(py_spy, raw, per_req_us)
+    cats, leaves, total = analyse(raw)
     print(f"py-spy: {total} busy samples of the event-loop thread ({raw})\n")
     print("| share | µs/request | category |\n|---:|---:|---|")
     for label, n in cats.most_common():
