@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import AsyncIterator, Awaitable, Callable, Protocol
+from typing import AsyncIterator, Awaitable, Callable, Coroutine, Protocol
 
 import httpx
 from starlette.responses import Response
@@ -189,7 +189,9 @@ class RelayResponse(Response):
                 task = self._task = asyncio.current_task()
                 try:
                     try:
-                        await self._exchange(send)
+                        stream_relay = await self._exchange(send)
+                        if stream_relay is not None:
+                            await stream_relay
                     except GatewayError as err:
                         if self.started:
                             raise
@@ -259,7 +261,10 @@ class RelayResponse(Response):
         is still there and gets the stop refusal)."""
         return not self.started and self.outcome.kind != "disconnected"
 
-    async def _exchange(self, send: Send) -> None:
+    async def _exchange(self, send: Send) -> Coroutine[object, object, None] | None:
+        """Send the request upstream and relay a body; a stream's start is sent and its
+        relay returned for the caller to await (it closes upstream itself), so that this
+        frame is not held for the life of the stream."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         if self.stream_requested and self.watchdog.first_event_timeout_s:
@@ -284,7 +289,7 @@ class RelayResponse(Response):
             chunks: AsyncIterator[bytes] | None = None
             if body is not None:
                 await self._relay_body(send, upstream, body=body)
-                return
+                return None
             if is_sse:
                 chunks = upstream.aiter_raw()
             elif self.stream_requested and upstream.is_success:
@@ -299,11 +304,13 @@ class RelayResponse(Response):
                                                     hide_usage=self.hide_usage,
                                                     verdict=self.verdict, judge=self._judge)
                 await self._start(send, upstream)
-                await stream.run(send, upstream, chunks)
-            else:
-                await self._relay_body(send, upstream, started + self.total_timeout_s)
+                stream_relay, upstream = stream.run(send, upstream, chunks), None  # it closes upstream
+                return stream_relay
+            await self._relay_body(send, upstream, started + self.total_timeout_s)
+            return None
         finally:
-            await upstream.aclose()
+            if upstream is not None:
+                await upstream.aclose()
 
     def _request_to_send(self) -> UpstreamRequest:
         """The request, no longer held here: its body and headers are not kept for the

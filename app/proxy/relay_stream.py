@@ -90,60 +90,64 @@ class StreamRelay:
 
     async def run(self, send: Send, upstream: UpstreamResponse, chunks: AsyncIterator[bytes]) -> None:
         """Relay ``chunks`` (the body of ``upstream``) until it ends, is cut or stalls;
-        end the client's body. Raises ``OSError`` when the client went away."""
-        loop = asyncio.get_running_loop()
-        progress, framer, watch, read = self.progress, self.framer, self.watch, chunks.__anext__
-        feed, redact, monitor, verdict = self.observer.feed, self.redact, self.monitor, self.verdict
-        end: End | None = None
-        while True:
-            stop = self.stop
-            if stop is not None:
-                if progress.ended_at is None:  # nothing is appended after a terminal event
-                    end = stopped_end(stop)
-                break
-            try:
-                chunk = await watch.read(read)
-            except StopAsyncIteration:  # upstream closed
-                end = await self._relay_rest(send, loop.time())
-                break
-            except TimeoutError:
-                end = self._silence()
-                break
-            except httpx.HTTPError as exc:
-                end = broke_off_end(exc) if progress.ended_at is None else None
-                break
-            whole, events = framer.feed(chunk)
-            if framer.overflow is not None:  # relayed as it is, never decoded
+        end the client's body; close ``upstream`` however it ends. Raises ``OSError``
+        when the client went away."""
+        try:
+            loop = asyncio.get_running_loop()
+            progress, framer, watch, read = self.progress, self.framer, self.watch, chunks.__anext__
+            feed, redact, monitor, verdict = self.observer.feed, self.redact, self.monitor, self.verdict
+            end: End | None = None
+            while True:
+                stop = self.stop
+                if stop is not None:
+                    if progress.ended_at is None:  # nothing is appended after a terminal event
+                        end = stopped_end(stop)
+                    break
+                try:
+                    chunk = await watch.read(read)
+                except StopAsyncIteration:  # upstream closed
+                    end = await self._relay_rest(send, loop.time())
+                    break
+                except TimeoutError:
+                    end = self._silence()
+                    break
+                except httpx.HTTPError as exc:
+                    end = broke_off_end(exc) if progress.ended_at is None else None
+                    break
+                whole, events = framer.feed(chunk)
+                if framer.overflow is not None:  # relayed as it is, never decoded
+                    if whole:
+                        await send({"type": "http.response.body", "body": redact(whole), "more_body": True})
+                        progress.bytes_relayed += len(whole)
+                    end = too_large_end(framer.overflow) if progress.ended_at is None else None
+                    break
+                progress.events_relayed += len(events)
+                watching = monitor is not None and progress.ended_at is None  # the answer ends with its terminal event
+                kinds, repeating = [], False
+                for event, data in events:
+                    kind = feed(event, data)
+                    kinds.append(kind)
+                    if watching and kind is _CONTENT and not repeating:
+                        repeating = watch_text(monitor, self.outcome, self.fmt.text_delta(event, data))
+                if verdict is not None and progress.ended_at is None and _TERMINAL in kinds \
+                        and await self._struck_at_end():
+                    end = self._struck_end()  # the held chunk (its terminal event) is never sent
+                    break
+                paused_at = loop.time()
                 if whole:
-                    await send({"type": "http.response.body", "body": redact(whole), "more_body": True})
-                    progress.bytes_relayed += len(whole)
-                end = too_large_end(framer.overflow) if progress.ended_at is None else None
-                break
-            progress.events_relayed += len(events)
-            watching = monitor is not None and progress.ended_at is None  # the answer ends with its terminal event
-            kinds, repeating = [], False
-            for event, data in events:
-                kind = feed(event, data)
-                kinds.append(kind)
-                if watching and kind is _CONTENT and not repeating:
-                    repeating = watch_text(monitor, self.outcome, self.fmt.text_delta(event, data))
-            if verdict is not None and progress.ended_at is None and _TERMINAL in kinds \
-                    and await self._struck_at_end():
-                end = self._struck_end()  # the held chunk (its terminal event) is never sent
-                break
-            paused_at = loop.time()
-            if whole:
-                body = self._without_usage(whole, events) if self.hide_usage else whole
-                await send({"type": "http.response.body", "body": redact(body), "more_body": True})
-            resumed_at = loop.time()
-            progress.bytes_relayed += len(whole)
-            progress.relayed(kinds, paused_at, resumed_at)
-            watch.deadline = progress.deadline
-            if repeating and progress.ended_at is None and self.cut_repeating:  # one relayed whole is not cut
-                end = REPEATED_OUTPUT
-                self.outcome.detail["repeated_output"]["delivered"] = DELIVERED_CUT
-                break
-        await self._end(send, upstream, end)
+                    body = self._without_usage(whole, events) if self.hide_usage else whole
+                    await send({"type": "http.response.body", "body": redact(body), "more_body": True})
+                resumed_at = loop.time()
+                progress.bytes_relayed += len(whole)
+                progress.relayed(kinds, paused_at, resumed_at)
+                watch.deadline = progress.deadline
+                if repeating and progress.ended_at is None and self.cut_repeating:  # one relayed whole is not cut
+                    end = REPEATED_OUTPUT
+                    self.outcome.detail["repeated_output"]["delivered"] = DELIVERED_CUT
+                    break
+            await self._end(send, upstream, end)
+        finally:
+            await upstream.aclose()
 
     def _without_usage(self, whole: bytes, events: Events) -> bytes:
         """Whole events to relay, minus the usage-only one the gateway asked for."""
