@@ -35,7 +35,22 @@ class ReadDeadline:
     async def read(self, read: Callable[[], Awaitable[bytes]]) -> bytes:
         """``await read()``; ``TimeoutError`` instead when the deadline passes first
         (or has passed already, or :meth:`expire` was called during the read).
-        Other errors of ``read`` propagate."""
+        Other errors of ``read`` propagate. (The same as :meth:`begin`, the read,
+        :meth:`end` and, when it was cancelled, :meth:`timed_out`: how the stream relay
+        calls it, without a coroutine of this method held per open stream.)"""
+        self.begin()
+        try:
+            return await read()
+        except asyncio.CancelledError:
+            if not self.timed_out():
+                raise
+            raise TimeoutError from None
+        finally:
+            self._reading = False
+
+    def begin(self) -> None:
+        """A read starts now (it may be cancelled until :meth:`end`): ``TimeoutError``
+        when the deadline has passed already; else the timer is armed for it."""
         deadline = self.deadline
         if deadline is not None:
             if self._loop.time() >= deadline:
@@ -43,17 +58,18 @@ class ReadDeadline:
             if self._handle is None or deadline < self._armed_for:  # none yet, or the deadline came closer
                 self._arm(deadline)
         self._reading = True
-        try:
-            return await read()
-        except asyncio.CancelledError:
-            if not self._fired:
-                raise
-            self._fired = False
-            if self._task is not None and self._task.uncancel() > 0:
-                raise  # cancelled from elsewhere too (the client left)
-            raise TimeoutError from None
-        finally:
-            self._reading = False
+
+    def end(self) -> None:
+        """The read begun by :meth:`begin` is over (however it ended)."""
+        self._reading = False
+
+    def timed_out(self) -> bool:
+        """The read was cancelled: whether by the deadline alone (the read timed out);
+        ``False``: the cancellation is someone else's (the client left) and propagates."""
+        if not self._fired:
+            return False
+        self._fired = False
+        return self._task is None or self._task.uncancel() == 0
 
     def expire(self) -> None:
         """End the read in progress now (``TimeoutError``), as if the deadline had

@@ -103,12 +103,21 @@ class StreamRelay:
                     if progress.ended_at is None:  # nothing is appended after a terminal event
                         end = stopped_end(stop)
                     break
-                try:
-                    chunk = await watch.read(read)
+                try:  # watch.read(read), inlined: no coroutine of its own held per open stream
+                    watch.begin()
+                    try:
+                        chunk = await read()
+                    finally:
+                        watch.end()
                 except StopAsyncIteration:  # upstream closed
                     end = await self._relay_rest(send, loop.time())
                     break
-                except TimeoutError:
+                except TimeoutError:  # the deadline had passed before the read
+                    end = self._silence()
+                    break
+                except asyncio.CancelledError:
+                    if not watch.timed_out():
+                        raise
                     end = self._silence()
                     break
                 except httpx.HTTPError as exc:
