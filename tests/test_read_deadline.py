@@ -80,3 +80,56 @@ async def test_a_deadline_brought_closer_between_reads_is_kept() -> None:
     with pytest.raises(TimeoutError):
         await watch.read(_never)
     assert loop.time() - started < 5
+
+
+async def test_the_streams_of_a_loop_share_one_timer_each_read_cut_at_its_own_deadline() -> None:
+    from app.proxy import read_deadline
+
+    loop = asyncio.get_running_loop()
+    ended: dict[int, float] = {}
+    start = loop.time()
+    watches: list[ReadDeadline] = []
+
+    async def one(i: int) -> None:
+        watch = ReadDeadline(start + 0.05 + 0.01 * (i % 5))
+        watches.append(watch)
+        try:
+            await watch.read(_never)
+        except TimeoutError:
+            ended[i] = loop.time() - start
+        finally:
+            watch.close()
+
+    await asyncio.gather(*(one(i) for i in range(50)))
+    assert sorted(ended) == list(range(50))
+    for i, at in ended.items():
+        assert 0.05 + 0.01 * (i % 5) <= at + 0.002 < 0.5  # not before its own deadline
+    clock = read_deadline._clock_of(loop)
+    assert not any(e.watch in watches for e in clock.heap)  # nothing of theirs left armed
+
+
+async def test_closed_watches_are_never_checked_and_leave_the_heap() -> None:
+    from app.proxy import read_deadline
+
+    loop = asyncio.get_running_loop()
+    checked: list[int] = []
+
+    class Counting(ReadDeadline):
+        __slots__ = ()
+
+        def _check(self) -> None:
+            checked.append(1)
+            super()._check()
+
+    clock = read_deadline._clock_of(loop)
+    before = len(clock.heap)
+    watches = [Counting(loop.time() + 0.3) for _ in range(300)]
+    for w in watches:
+        w.begin()  # armed
+        w.end()
+    assert len(clock.heap) == before + 300 and clock.handle is not None  # one timer for all
+    for w in watches:
+        w.close()
+    assert len(clock.heap) < 300  # rebuilt once most of it was withdrawn
+    await asyncio.sleep(0.4)  # past their time
+    assert checked == []
