@@ -117,7 +117,7 @@ async def test_a_batch_writes_what_one_settlement_at_a_time_writes_duplicates_in
             assert first
             async with pool.acquire() as conn:
                 await conn.execute(sql.statement("ledger_add_usage"), s.task_id, s.input_tokens, s.output_tokens,
-                                   s.cost_usd, s.release_usd, s.reservation_id, s.model)
+                                   s.cost_usd, s.release_usd, s.reservation_id, s.model, None)  # marked above
     for name in ("a", "b"):
         assert await _row(pool, batched[name]) == await _row(pool, single[name])
     task, spend, holds = await _row(pool, batched["a"])

@@ -225,40 +225,48 @@ def _ledger_compositions() -> dict[str, str]:
         "     response_hash = EXCLUDED.response_hash, updated_at = now()"
         " RETURNING response_streak")
 
-    held = "held AS (DELETE FROM reservations WHERE id = $6 RETURNING id)"
+    # the once-mark: app.db.commits.SETTLE_ONCE with the statement's key, every write gated on it
+    once = sql.statement("commit_settle_once").rstrip().rstrip(";").replace("$1", "${key}::uuid")
+    marked = "WITH marked AS (" + once + " AS first), "
+    gate = "(SELECT first FROM marked) IS NOT FALSE"
+    first = "(SELECT first FROM marked) AS first_settlement"
+    one = " FROM (VALUES (1)) AS one (n) LEFT JOIN {} ON true"
+    held = f"held AS (DELETE FROM reservations WHERE id = $6 AND {gate} RETURNING id)"
     usage = ("UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,"
              " cost_usd = cost_usd + $4, updated_at = now(), reserved_usd = reserved_usd"
              " - CASE WHEN $6::bigint IS NULL OR held.n > 0 THEN $5::numeric ELSE 0 END"
-             f" FROM {RELAXED_COMMIT}, (SELECT count(*) AS n FROM held) AS held WHERE tasks.id = $1")
-    task = f"WITH {held}, task AS ({usage} RETURNING tasks.id, tasks.budget_id{{more}}), "
+             f" FROM {RELAXED_COMMIT}, (SELECT count(*) AS n FROM held) AS held WHERE tasks.id = $1 AND {gate}")
+    task = f"{marked}{held}, task AS ({usage} RETURNING tasks.id, tasks.budget_id{{{{more}}}}), "
     in_window = ("settled AS (UPDATE budget_windows w SET input_tokens = w.input_tokens + ${input},"
                  " output_tokens = w.output_tokens + ${output}, cost_usd = w.cost_usd + ${cost}"
                  " FROM {after} WHERE w.budget_id = ${window} AND w.window_start = ${start}"
                  " RETURNING w.budget_id, w.cost_usd)")
     settled = (", (SELECT budget_id FROM settled) AS settled_budget_id,"
                " (SELECT cost_usd FROM settled) AS settled_cost_usd")
-    answer = (task.format(more=", tasks.status, tasks.loop_guard") + spent("task", model=10, input=2, output=3, cost=4)
+    answer = (task.replace("{{more}}", ", tasks.status, tasks.loop_guard")
+              + spent("task", model=10, input=2, output=3, cost=4)
               + ", answer AS (" + answer_of_task.format(task="task", key="$7", text="$8", repeat="$9") + "){settle}"
-              " SELECT task.status, task.loop_guard, (SELECT response_streak FROM answer) AS answer_streak{settled}"
-              " FROM task")
-    record = ("WITH f AS (SELECT * FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,"
-              " $13)), " + spent("f", row="(f.task)", model=14, input=5, output=6, cost=7))
-    columns = (" SELECT (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS"
+              f" SELECT {first}, task.status, task.loop_guard, (SELECT response_streak FROM answer) AS answer_streak"
+              "{settled}" + one.format("task"))
+    record = (marked + "f AS (SELECT * FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11,"
+              f" $12, $13) WHERE {gate}), " + spent("f", row="(f.task)", model=14, input=5, output=6, cost=7))
+    columns = (f" SELECT {first}, (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS"
                " response_conversation_calls," + WINDOW_COLUMNS)
     return {
-        "ledger_add_usage": task.format(more="") + spent("task", model=7, input=2, output=3, cost=4) + " SELECT 1",
+        "ledger_add_usage": (task.format(key=8).format(more="") + spent("task", model=7, input=2, output=3, cost=4)
+                             + f" SELECT {first}"),
         "ledger_add_usage_in_window": (
-            task.format(more="") + spent("task", model=7, input=2, output=3, cost=4) + ", "
+            task.format(key=10).format(more="") + spent("task", model=7, input=2, output=3, cost=4) + ", "
             + in_window.format(after="task", input=2, output=3, cost=4, window=8, start=9)
-            + " SELECT budget_id AS settled_budget_id, cost_usd AS settled_cost_usd FROM settled"),
-        "ledger_add_answer": answer.format(settle="", settled=""),
-        "ledger_add_answer_in_window": answer.format(
+            + f" SELECT {first}" + settled),
+        "ledger_add_answer": answer.replace("{key}", "11").format(settle="", settled=""),
+        "ledger_add_answer_in_window": answer.replace("{key}", "13").format(
             settle=", " + in_window.format(after="task", input=2, output=3, cost=4, window=11, start=12),
             settled=settled),
-        "ledger_record_response": record + columns + " FROM f",
+        "ledger_record_response": record.format(key=15) + columns + one.format("f"),
         "ledger_record_response_in_window": (
-            record + ", " + in_window.format(after="f", input=5, output=6, cost=7, window=15, start=16)
-            + columns + settled + " FROM f"),
+            record.format(key=17) + ", " + in_window.format(after="f", input=5, output=6, cost=7, window=15, start=16)
+            + columns + settled + one.format("f")),
     }
 
 

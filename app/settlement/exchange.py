@@ -23,9 +23,11 @@ they are written, with its usage:
   its model, also when upstream reported no usage.
 
 Both in one unit of work that runs once per admission (:func:`app.db.commits.settling`):
-retried after a lost commit, it writes nothing again when the first one landed. A
-database that cannot be reached leaves the unit to the backlog (:func:`retried`).
-Nothing is refunded.
+retried after a lost commit, it writes nothing again when the first one landed. Without
+budget windows settled apart the unit is one statement, which marks the admission
+settled itself (an agent turn's answer: 1 round trip, was 4), or a round of
+:mod:`app.db.settlements`' batcher (usage alone). A database that cannot be reached leaves
+the unit to the backlog (:func:`retried`). Nothing is refunded.
 """
 
 from __future__ import annotations
@@ -120,28 +122,39 @@ async def settle(pool: asyncpg.Pool, settings: Settings, task_id: str, conversat
             settlement.cost_usd if settlement else Decimal(0), settlement.release_usd if settlement else Decimal(0),
             reservation_id, (model or "") if counted else None)
 
-    async def record() -> None:
-        """The budget windows' settlement, then the response's record, in one
-        transaction that runs once per admission: retried after a lost commit, it
-        writes nothing again when the first one landed (app.db.commits.settling)."""
+    async def on_task(key: uuid.UUID | None) -> None:
+        """The response's record on its task (marked settled in its own statement when
+        ``key`` is given); a stop whose latch failed is latched again on its own."""
         nonlocal verdict
+        try:
+            verdict = await record_response(pool, task_id, conversation_key, summary, settings, settlement,
+                                            request_id=request_id, seen_answer_sha256=seen_answer_sha256,
+                                            reservation_id=reservation_id, budget_window=in_window,
+                                            model=(model or "") if counted else None, admission_key=key)
+        except LatchPending as pending:
+            reason, detail = pending.verdict.reason or "stopped", dict(pending.verdict.detail)
+            verdict = None
+            await retried(lambda: latch(reason, detail), f"the {reason} stop of task {task_id}", retry_s)
+
+    async def record() -> None:
+        """The budget windows' settlement, then the response's record, once per
+        admission: retried after a lost commit, it writes nothing again when the first
+        one landed. Budget windows settled apart: one transaction that marks the
+        admission first (app.db.commits.settling); else the response's one statement
+        carries the mark (``marked`` in app/db/sql/ledger.sql: no BEGIN, mark, COMMIT
+        round trips), or a round of the batcher does (app.db.settlements)."""
         if batched is not None and await settlements.settle_usage(pool, batched):
             return
-        async with commits.settling(pool, admission_key, task_id if in_budgets else None) as first:
+        if not in_budgets:
+            if recorded:
+                await on_task(admission_key)
+            return
+        async with commits.settling(pool, admission_key, task_id) as first:
             if not first:
                 return
-            if in_budgets:
-                await _settle_budgets(pool, budget_windows, usage, settlement, reservation_id, model)
+            await _settle_budgets(pool, budget_windows, usage, settlement, reservation_id, model)
             if recorded:
-                try:
-                    verdict = await record_response(pool, task_id, conversation_key, summary, settings, settlement,
-                                                    request_id=request_id, seen_answer_sha256=seen_answer_sha256,
-                                                    reservation_id=reservation_id, budget_window=in_window,
-                                                    model=(model or "") if counted else None)
-                except LatchPending as pending:
-                    reason, detail = pending.verdict.reason or "stopped", dict(pending.verdict.detail)
-                    verdict = None
-                    await retried(lambda: latch(reason, detail), f"the {reason} stop of task {task_id}", retry_s)
+                await on_task(None)
     await retried(record, f"the budget settlement, usage ({usage.input_tokens if usage else 0} input, "
                   f"{usage.output_tokens if usage else 0} output tokens), cost and "
                   f"{len(summary.tool_calls)} tool calls of a response of task {task_id}", retry_s)

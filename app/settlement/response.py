@@ -14,6 +14,7 @@ tool calls extends or breaks the conversation's run of identical answers
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
@@ -75,7 +76,7 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
                           request_id: str | None = None, seen_answer_sha256: str | None = None,
                           reservation_id: int | None = None,
                           budget_window: tuple[str, datetime] | None = None,
-                          model: str | None = None) -> Verdict | None:
+                          model: str | None = None, admission_key: uuid.UUID | None = None) -> Verdict | None:
     """Record a finished response: usage into the task's token counters and its
     ``settlement`` into its dollar counters (one statement), tool calls into the ledger
     as pending; trip the latch when the detector says stop (e.g. the tool-call ceiling
@@ -84,8 +85,13 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
     usage and dollars go into it in the same statement (``settled`` in ``app/db/sql/ledger.sql``), and
     :data:`events.BUDGET_SPENT <app.events.BUDGET_SPENT>` reports its dollars after. An admitted request's
     ``model`` (``''`` unknown; ``None``: not one) goes into ``spend_daily`` in the same statement (:mod:`app.db.spend`).
+    ``admission_key``: the settlement's once-mark, in that same statement (``marked`` in
+    ``app/db/sql/ledger.sql``, what :func:`app.db.commits.settling` does in a transaction of
+    its own): when an earlier settlement of that admission had committed (a retry after a
+    lost answer), nothing is written and ``None`` returned; ``None`` (no key, or inside
+    ``settling``): unmarked.
 
-    A response with tool calls is one statement, its own transaction: a ``SELECT`` of
+    A response with tool calls is one statement, its own transaction: the mark, a ``SELECT`` of
     ``taskgate_record_response()`` (migration 0011: lock, usage, ledger, counts and the
     conversation's window); then the detector in Python and, on a stop, the latch in a
     durable transaction of its own (the first reason wins). Holding the row lock over
@@ -110,19 +116,24 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
             if summary.text_sha256 is not None and settings.loop_guard_enabled:
                 return await _record_answer(conn, task_id, conversation_key, summary.text_sha256, settings,
                                             request_id, answer_repeats(seen_answer_sha256, summary.text_sha256),
-                                            counters or _NO_COUNTERS, reservation_id, in_window, model)
+                                            counters or _NO_COUNTERS, reservation_id, in_window, model,
+                                            admission_key)
             if in_window is not None and counters is not None:  # one statement, its own (relaxed) transaction
-                _report_settled(await conn.fetchrow(_ADD_USAGE_IN_WINDOW, task_id, *counters, reservation_id,
-                                                    model, *in_window))
+                row = await conn.fetchrow(_ADD_USAGE_IN_WINDOW, task_id, *counters, reservation_id, model, *in_window,
+                                          admission_key)
+                if _first(row, admission_key):
+                    _report_settled(row)
             elif counters is not None or model is not None:  # an admitted request is counted in its spend
-                await conn.execute(_ADD_USAGE, task_id, *(counters or _NO_COUNTERS), reservation_id, model)
+                _first(await conn.fetchrow(_ADD_USAGE, task_id, *(counters or _NO_COUNTERS), reservation_id, model,
+                                           admission_key), admission_key)
             return None
         window = _windows.get(task_id, _windows.get("", MIN_WINDOW))
         args = (task_id, conversation_key, window, counters is not None, *(counters or _NO_COUNTERS),
                 reservation_id, *call_rows(summary.tool_calls, None, settings.ledger_argument_preview), model)
-        row = await (conn.fetchrow(_RECORD_RESPONSE_IN_WINDOW, *args, *in_window) if in_window is not None
-                     else conn.fetchrow(_RECORD_RESPONSE, *args))  # one statement, its own (relaxed) transaction
-        if row is None:
+        row = await (conn.fetchrow(_RECORD_RESPONSE_IN_WINDOW, *args, *in_window, admission_key)
+                     if in_window is not None else conn.fetchrow(_RECORD_RESPONSE, *args, admission_key))
+        # one statement, its own (relaxed) transaction
+        if row is None or not _first(row, admission_key) or row["id"] is None:  # settled before, or no such task
             return None
         _report_settled(row)
         if not row["response_new_calls"]:
@@ -143,6 +154,16 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
         if verdict.action is Action.STOP and task.active:
             await _latch_recorded(conn, task_id, verdict, request_id)
         return verdict
+
+
+def _first(row: Mapping[str, Any] | None, admission_key: uuid.UUID | None) -> bool:
+    """Whether the statement wrote (its ``first_settlement``: not ``False``); logs a
+    settlement found landed before (a retry after its commit's answer was lost)."""
+    if row is not None and row["first_settlement"] is False:
+        logger.warning("the settlement of admission %s had landed before its commit's answer was lost; "
+                       "not written again", admission_key)
+        return False
+    return True
 
 
 def _report_settled(row: Mapping[str, Any] | None) -> None:
@@ -170,16 +191,17 @@ async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_ke
                          text_sha256: str, settings: Settings, request_id: str | None,
                          repeat: bool, counters: tuple[int, int, Decimal, Decimal],
                          reservation_id: int | None, budget_window: tuple[str, datetime] | None, model: str | None,
-                         ) -> Verdict | None:
+                         admission_key: uuid.UUID | None) -> Verdict | None:
     """Add a text answer's usage (and into ``budget_window``) and extend (or end) the
-    conversation's run of identical answers in one statement (:data:`_ADD_ANSWER`); latch
+    conversation's run of identical answers in one statement (:data:`_ADD_ANSWER`, once per
+    ``admission_key`` as :func:`record_response` says); latch
     the task with ``repeated_response`` when the run reaches the threshold in force (its
     own durable transaction: the first reason wins; :class:`LatchPending` when it fails),
     unless its action is ``strike`` or ``warn``: then the caller applies it (:mod:`app.ledger.strikes`)."""
     args = (task_id, *counters, reservation_id, conversation_key, text_sha256, repeat, model)
-    row = await (conn.fetchrow(_ADD_ANSWER_IN_WINDOW, *args, *budget_window) if budget_window is not None
-                 else conn.fetchrow(_ADD_ANSWER, *args))
-    if row is None:
+    row = await (conn.fetchrow(_ADD_ANSWER_IN_WINDOW, *args, *budget_window, admission_key)
+                 if budget_window is not None else conn.fetchrow(_ADD_ANSWER, *args, admission_key))
+    if row is None or not _first(row, admission_key) or row["status"] is None:  # settled before, or no such task
         return None
     _report_settled(row)
     streak, loop_guard = row["answer_streak"], LoopGuard.from_json(row["loop_guard"])

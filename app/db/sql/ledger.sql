@@ -2,6 +2,12 @@
 -- ledger, a response's usage and settlement, a text answer's run of repeated answers.
 --
 -- Shared parts are written out in each statement that runs them, so each reads whole:
+-- - marked: the settlement's once-mark (app.db.commits.settling's commit_settle_once, in
+--   the statement): admission key $N's settled_at set the first time; when an earlier
+--   settlement of that admission had committed (a retry after a lost answer), the rest
+--   writes nothing (each write gated on it; first_settlement false); a NULL key or one
+--   not in the log writes unmarked (first_settlement NULL). It runs first, so the row
+--   locks come in settling's order (the admission, then the task);
 -- - held/task: the request's hold row ($6, app.admission.reservations) is deleted in the
 --   same statement and its amount released only if the row was still there (a sweep or an
 --   admin may have released it); the UPDATE commits relaxed (app.db.pool.RELAXED_COMMIT:
@@ -44,8 +50,11 @@ UPDATE tasks SET tool_calls = tool_calls + $2, updated_at = now() WHERE id = $1 
 
 -- name: ledger_add_usage
 -- A response's usage ($2 input, $3 output tokens, $4 dollars settled, $5 released from the
--- hold $6) and its spend (model $7), its own relaxed transaction.
-WITH held AS (DELETE FROM reservations WHERE id = $6 RETURNING id),
+-- hold $6) and its spend (model $7), once per admission $8 (NULL: unmarked), its own relaxed
+-- transaction. Returns first_settlement (see marked).
+WITH marked AS (UPDATE admissions SET settled_at = coalesce(settled_at, now()) WHERE key = $8::uuid
+    RETURNING settled_at = now() AS first),
+held AS (DELETE FROM reservations WHERE id = $6 AND (SELECT first FROM marked) IS NOT FALSE RETURNING id),
 task AS (
     UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
            cost_usd = cost_usd + $4, updated_at = now(),
@@ -53,7 +62,7 @@ task AS (
       FROM (SELECT set_config('synchronous_commit', CASE WHEN current_setting('synchronous_standby_names') = ''
                               THEN 'off' ELSE current_setting('synchronous_commit') END, true)) AS relaxed_commit,
            (SELECT count(*) AS n FROM held) AS held
-     WHERE tasks.id = $1
+     WHERE tasks.id = $1 AND (SELECT first FROM marked) IS NOT FALSE
     RETURNING tasks.id, tasks.budget_id),
 spent AS (
     INSERT INTO spend_daily AS s (day, task_id, model, budget_id, requests, input_tokens, output_tokens, cost_usd)
@@ -62,12 +71,15 @@ spent AS (
     ON CONFLICT (day, task_id, model) DO UPDATE SET requests = s.requests + 1,
        input_tokens = s.input_tokens + EXCLUDED.input_tokens, output_tokens = s.output_tokens + EXCLUDED.output_tokens,
        cost_usd = s.cost_usd + EXCLUDED.cost_usd)
-SELECT 1;
+SELECT (SELECT first FROM marked) AS first_settlement;
 
 -- name: ledger_add_usage_in_window
--- ledger_add_usage, and the usage into budget $8's window starting $9. Returns the window's
--- budget and its dollars now (no row: no such window).
-WITH held AS (DELETE FROM reservations WHERE id = $6 RETURNING id),
+-- ledger_add_usage, and the usage into budget $8's window starting $9, once per admission
+-- $10. Returns first_settlement and the window's budget and its dollars now (NULL: no such
+-- window).
+WITH marked AS (UPDATE admissions SET settled_at = coalesce(settled_at, now()) WHERE key = $10::uuid
+    RETURNING settled_at = now() AS first),
+held AS (DELETE FROM reservations WHERE id = $6 AND (SELECT first FROM marked) IS NOT FALSE RETURNING id),
 task AS (
     UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
            cost_usd = cost_usd + $4, updated_at = now(),
@@ -75,7 +87,7 @@ task AS (
       FROM (SELECT set_config('synchronous_commit', CASE WHEN current_setting('synchronous_standby_names') = ''
                               THEN 'off' ELSE current_setting('synchronous_commit') END, true)) AS relaxed_commit,
            (SELECT count(*) AS n FROM held) AS held
-     WHERE tasks.id = $1
+     WHERE tasks.id = $1 AND (SELECT first FROM marked) IS NOT FALSE
     RETURNING tasks.id, tasks.budget_id),
 spent AS (
     INSERT INTO spend_daily AS s (day, task_id, model, budget_id, requests, input_tokens, output_tokens, cost_usd)
@@ -88,17 +100,21 @@ settled AS (
     UPDATE budget_windows w SET input_tokens = w.input_tokens + $2, output_tokens = w.output_tokens + $3,
            cost_usd = w.cost_usd + $4
       FROM task WHERE w.budget_id = $8 AND w.window_start = $9 RETURNING w.budget_id, w.cost_usd)
-SELECT budget_id AS settled_budget_id, cost_usd AS settled_cost_usd FROM settled;
+SELECT (SELECT first FROM marked) AS first_settlement, (SELECT budget_id FROM settled) AS settled_budget_id,
+       (SELECT cost_usd FROM settled) AS settled_cost_usd;
 
 -- name: ledger_add_answer
 -- A text answer in one statement (its own transaction, relaxed): the usage as
 -- ledger_add_usage, whose UPDATE locks the task row before the answer's conversation row
 -- ($7; $8 its hash, $9 a repeat) is written, the order admission takes (the other order
 -- deadlocked with an admission upserting the same conversation: its foreign-key check
--- waits for the task row); spend model $10. Returns what the repeated_response rule reads
--- of the task (its status and loop_guard; not the whole row, whose decoding cost more than
--- the rest) and the run of repeated answers.
-WITH held AS (DELETE FROM reservations WHERE id = $6 RETURNING id),
+-- waits for the task row); spend model $10; once per admission $11. Returns one row:
+-- first_settlement, what the repeated_response rule reads of the task (its status and
+-- loop_guard; not the whole row, whose decoding cost more than the rest; NULL: no such task
+-- or nothing written) and the run of repeated answers.
+WITH marked AS (UPDATE admissions SET settled_at = coalesce(settled_at, now()) WHERE key = $11::uuid
+    RETURNING settled_at = now() AS first),
+held AS (DELETE FROM reservations WHERE id = $6 AND (SELECT first FROM marked) IS NOT FALSE RETURNING id),
 task AS (
     UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
            cost_usd = cost_usd + $4, updated_at = now(),
@@ -106,7 +122,7 @@ task AS (
       FROM (SELECT set_config('synchronous_commit', CASE WHEN current_setting('synchronous_standby_names') = ''
                               THEN 'off' ELSE current_setting('synchronous_commit') END, true)) AS relaxed_commit,
            (SELECT count(*) AS n FROM held) AS held
-     WHERE tasks.id = $1
+     WHERE tasks.id = $1 AND (SELECT first FROM marked) IS NOT FALSE
     RETURNING tasks.id, tasks.budget_id, tasks.status, tasks.loop_guard),
 spent AS (
     INSERT INTO spend_daily AS s (day, task_id, model, budget_id, requests, input_tokens, output_tokens, cost_usd)
@@ -124,12 +140,16 @@ answer AS (
                                   THEN conversations.response_streak + 1 ELSE 1 END,
            response_hash = EXCLUDED.response_hash, updated_at = now()
     RETURNING response_streak)
-SELECT task.status, task.loop_guard, (SELECT response_streak FROM answer) AS answer_streak FROM task;
+SELECT (SELECT first FROM marked) AS first_settlement, task.status, task.loop_guard,
+       (SELECT response_streak FROM answer) AS answer_streak
+  FROM (VALUES (1)) AS one (n) LEFT JOIN task ON true;
 
 -- name: ledger_add_answer_in_window
--- ledger_add_answer, and the usage into budget $11's window starting $12, whose budget
--- and dollars now it returns too.
-WITH held AS (DELETE FROM reservations WHERE id = $6 RETURNING id),
+-- ledger_add_answer, and the usage into budget $11's window starting $12, once per
+-- admission $13; returns the window's budget and dollars now too.
+WITH marked AS (UPDATE admissions SET settled_at = coalesce(settled_at, now()) WHERE key = $13::uuid
+    RETURNING settled_at = now() AS first),
+held AS (DELETE FROM reservations WHERE id = $6 AND (SELECT first FROM marked) IS NOT FALSE RETURNING id),
 task AS (
     UPDATE tasks SET input_tokens = input_tokens + $2, output_tokens = output_tokens + $3,
            cost_usd = cost_usd + $4, updated_at = now(),
@@ -137,7 +157,7 @@ task AS (
       FROM (SELECT set_config('synchronous_commit', CASE WHEN current_setting('synchronous_standby_names') = ''
                               THEN 'off' ELSE current_setting('synchronous_commit') END, true)) AS relaxed_commit,
            (SELECT count(*) AS n FROM held) AS held
-     WHERE tasks.id = $1
+     WHERE tasks.id = $1 AND (SELECT first FROM marked) IS NOT FALSE
     RETURNING tasks.id, tasks.budget_id, tasks.status, tasks.loop_guard),
 spent AS (
     INSERT INTO spend_daily AS s (day, task_id, model, budget_id, requests, input_tokens, output_tokens, cost_usd)
@@ -159,16 +179,21 @@ settled AS (
     UPDATE budget_windows w SET input_tokens = w.input_tokens + $2, output_tokens = w.output_tokens + $3,
            cost_usd = w.cost_usd + $4
       FROM task WHERE w.budget_id = $11 AND w.window_start = $12 RETURNING w.budget_id, w.cost_usd)
-SELECT task.status, task.loop_guard, (SELECT response_streak FROM answer) AS answer_streak,
+SELECT (SELECT first FROM marked) AS first_settlement, task.status, task.loop_guard,
+       (SELECT response_streak FROM answer) AS answer_streak,
        (SELECT budget_id FROM settled) AS settled_budget_id, (SELECT cost_usd FROM settled) AS settled_cost_usd
-  FROM task;
+  FROM (VALUES (1)) AS one (n) LEFT JOIN task ON true;
 
 -- name: ledger_record_response
 -- A response's tool calls (taskgate_record_response: relaxed commit, task row lock, usage
 -- and settlement, the hold row, pending ledger rows, task and conversation counts) and its
--- spend (model $14); the locked row after them and the conversation's window ($3 records,
--- oldest first).
-WITH f AS (SELECT * FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)),
+-- spend (model $14), once per admission $15 (the function runs only when marked says so);
+-- one row: first_settlement, the locked row after them (NULL: no such task or nothing
+-- written) and the conversation's window ($3 records, oldest first).
+WITH marked AS (UPDATE admissions SET settled_at = coalesce(settled_at, now()) WHERE key = $15::uuid
+    RETURNING settled_at = now() AS first),
+f AS (SELECT * FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+      WHERE (SELECT first FROM marked) IS NOT FALSE),
 spent AS (
     INSERT INTO spend_daily AS s (day, task_id, model, budget_id, requests, input_tokens, output_tokens, cost_usd)
     SELECT (now() AT TIME ZONE 'UTC')::date, (f.task).id, $14::text, (f.task).budget_id, 1, $5, $6, $7
@@ -176,15 +201,18 @@ spent AS (
     ON CONFLICT (day, task_id, model) DO UPDATE SET requests = s.requests + 1,
        input_tokens = s.input_tokens + EXCLUDED.input_tokens, output_tokens = s.output_tokens + EXCLUDED.output_tokens,
        cost_usd = s.cost_usd + EXCLUDED.cost_usd)
-SELECT (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS response_conversation_calls,
+SELECT (SELECT first FROM marked) AS first_settlement, (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS response_conversation_calls,
        f.window_ids, f.window_names, f.window_arguments, f.window_results, f.window_errors, f.window_empty
-  FROM f;
+  FROM (VALUES (1)) AS one (n) LEFT JOIN f ON true;
 
 -- name: ledger_record_response_in_window
 -- ledger_record_response, and the usage into budget $15's window starting $16 (it reads
--- the function's row, so the function has locked the task first), whose budget and
--- dollars now it returns too.
-WITH f AS (SELECT * FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)),
+-- the function's row, so the function has locked the task first), once per admission $17;
+-- returns the window's budget and dollars now too.
+WITH marked AS (UPDATE admissions SET settled_at = coalesce(settled_at, now()) WHERE key = $17::uuid
+    RETURNING settled_at = now() AS first),
+f AS (SELECT * FROM taskgate_record_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+      WHERE (SELECT first FROM marked) IS NOT FALSE),
 spent AS (
     INSERT INTO spend_daily AS s (day, task_id, model, budget_id, requests, input_tokens, output_tokens, cost_usd)
     SELECT (now() AT TIME ZONE 'UTC')::date, (f.task).id, $14::text, (f.task).budget_id, 1, $5, $6, $7
@@ -196,7 +224,7 @@ settled AS (
     UPDATE budget_windows w SET input_tokens = w.input_tokens + $5, output_tokens = w.output_tokens + $6,
            cost_usd = w.cost_usd + $7
       FROM f WHERE w.budget_id = $15 AND w.window_start = $16 RETURNING w.budget_id, w.cost_usd)
-SELECT (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS response_conversation_calls,
+SELECT (SELECT first FROM marked) AS first_settlement, (f.task).*, f.new_calls AS response_new_calls, f.conversation_calls AS response_conversation_calls,
        f.window_ids, f.window_names, f.window_arguments, f.window_results, f.window_errors, f.window_empty,
        (SELECT budget_id FROM settled) AS settled_budget_id, (SELECT cost_usd FROM settled) AS settled_cost_usd
-  FROM f;
+  FROM (VALUES (1)) AS one (n) LEFT JOIN f ON true;
