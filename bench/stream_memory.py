@@ -12,7 +12,8 @@ taskgate ÷ bare relay.
 Options:
 
 - ``--baseline REV``: also measure the gateway of git revision ``REV`` (exported with
-  ``git archive`` into the scratch directory, the working tree untouched)
+  ``git archive`` into the scratch directory, the working tree untouched; on a database
+  of its own that its gateway migrates, so an older migration chain is no obstacle)
   as a third path in every round: before/after of a change in one run.
 - ``--tracemalloc``: instead of RSS, the Python allocations per stream in the gateway
   (``tracemalloc``, 1 frame, started before ``app`` is imported): the sites whose
@@ -39,6 +40,7 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -145,6 +147,24 @@ def per_stream_kib(svc: Service, tokens: list[str], streams: int) -> tuple[float
     return ((got["held"] - before) / n / 1024 if n and got["held"] else None), n
 
 
+@dataclass
+class Gateway:
+    """A path measured: the environment its processes add, its database URL, its tasks' tokens."""
+
+    env: dict[str, str]
+    url: str
+    tokens: list[str]
+
+
+def _tasks(url: str, upstream: Service, tmp: FsPath, n: int, env: dict[str, str]) -> list[str]:
+    """``n`` tasks made through a gateway with ``env`` on ``url`` (migrating it first)."""
+    setup = start_gateway("setup", url, upstream, tmp, extra_env=env)
+    try:
+        return create_tasks(setup, n)
+    finally:
+        setup.stop()
+
+
 def _export(rev: str, into: FsPath) -> FsPath:
     """Git revision ``rev`` in ``into`` (``git archive``; nothing in the repo changes), with
     this checkout's ``bench`` (``bench.stream_memory serve`` runs the revision's app)."""
@@ -178,31 +198,32 @@ def main(argv: list[str] | None = None) -> int:
         upstream = start_upstream(tmp)
         stack.callback(upstream.stop)
         url = stack.enter_context(embedded_database(tmp / "pg"))
-        setup = start_gateway("setup", url, upstream, tmp)
-        try:
-            tokens = create_tasks(setup, args.tasks)
-        finally:
-            setup.stop()
-        paths: dict[str, dict[str, str]] = {"taskgate": {}}
+        paths: dict[str, Gateway] = {"taskgate": Gateway({}, url, _tasks(url, upstream, tmp, args.tasks, {}))}
         if args.baseline:
-            old = _export(args.baseline, tmp / "baseline")
-            paths[f"taskgate@{args.baseline}"] = {"PYTHONPATH": str(old)}
+            # the revision's own database, migrated by the revision's gateway (its chain may be older)
+            from app.db import embedded
+
+            old = {"PYTHONPATH": str(_export(args.baseline, tmp / "baseline"))}
+            old_url = embedded.start(tmp / "pg-base")
+            stack.callback(embedded.stop, tmp / "pg-base")
+            paths[f"taskgate@{args.baseline}"] = Gateway(old, old_url, _tasks(old_url, upstream, tmp, args.tasks, old))
         if not args.no_bare:
-            paths["bare relay"] = {}
+            paths["bare relay"] = Gateway({}, "", ["x"])
         if args.tracemalloc:
-            return _tracemalloc(paths, url, upstream, tmp, tokens, args)
+            return _tracemalloc(paths, upstream, tmp, args)
         figures: dict[str, list[float]] = {k: [] for k in paths}
         keys = list(paths)
         for r in range(args.rounds):
             order = keys[r % len(keys):] + keys[:r % len(keys)]
             for key in order:
+                gw = paths[key]
                 if key == "bare relay":
                     svc = bare_relay.start(upstream, tmp)
                 else:
-                    svc = start_gateway("gateway", url, upstream, tmp, module="bench.stream_memory",
-                                        extra_env=paths[key])
+                    svc = start_gateway("gateway", gw.url, upstream, tmp, module="bench.stream_memory",
+                                        extra_env=gw.env)
                 try:
-                    kib, n = per_stream_kib(svc, tokens, args.streams)
+                    kib, n = per_stream_kib(svc, gw.tokens, args.streams)
                 finally:
                     svc.stop()
                 if kib is not None:
@@ -220,17 +241,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _tracemalloc(paths: dict[str, dict[str, str]], url: str, upstream: Service, tmp: FsPath,
-                 tokens: list[str], args: argparse.Namespace) -> int:
+def _tracemalloc(paths: dict[str, Gateway], upstream: Service, tmp: FsPath, args: argparse.Namespace) -> int:
     frames = "6" if args.group == "traceback" else "1"
     per_stream: dict[str, dict[Any, float]] = {}
-    for key, env in paths.items():
+    for key, gw in paths.items():
         out = tmp / f"{key.replace('@', '-').replace(' ', '-')}.snapshot"
+        tokens = gw.tokens
         if key == "bare relay":
             svc = _start_bare_traced(upstream, tmp, out)
         else:
-            svc = start_gateway("gateway-tm", url, upstream, tmp, module="bench.stream_memory",
-                                extra_env={**env, "BENCH_TRACEMALLOC_OUT": str(out),
+            svc = start_gateway("gateway-tm", gw.url, upstream, tmp, module="bench.stream_memory",
+                                extra_env={**gw.env, "BENCH_TRACEMALLOC_OUT": str(out),
                                            "BENCH_TRACEMALLOC_FRAMES": frames})
         try:
             scenarios.warm(svc.port, tokens[0], quick())
