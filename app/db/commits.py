@@ -21,10 +21,14 @@ fence always writes, so its own commit waits for the synchronous standby
 whatever the fence read there is never trusted.
 
 Settlements (a response's usage, dollars and hold release, and its budget windows') run
-once per admission: :func:`settling` opens one transaction that first marks the
-admission's row settled (``settled_at``) and runs the settlement's statements in it
-(:func:`app.db.fair_pool.pinned`); when it is retried after a commit whose answer was
-lost, the mark says whether the first one landed (then nothing is written again).
+once per admission: the admission's row is marked settled (``settled_at``) by the same
+unit that writes the settlement, so when it is retried after a commit whose answer was
+lost, the mark says whether the first one landed (then nothing is written again). The
+unit is one autocommit statement for a response settled on its task alone (the ledger's
+settlement statements carry the mark first, :mod:`app.settlement.exchange`; a response
+with only usage goes in a round with others', :mod:`app.db.settlements`), or, when budget
+windows are settled apart, one transaction that :func:`settling` opens with the mark
+(:func:`app.db.fair_pool.pinned`).
 
 A request that finds no primary within its reconciliation window
 (``TASKGATE_DATABASE_RECONCILE_S``) is refused (503); its key goes to :data:`orphans`,
