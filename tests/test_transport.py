@@ -211,6 +211,28 @@ def test_a_request_rebuilt_from_its_raw_headers_is_the_same() -> None:
     assert again.headers == first.headers and (b"x-note", "café".encode()) in again.headers.raw
 
 
+def test_requests_sending_the_same_header_bytes_share_their_text() -> None:
+    """aiohttp keeps a request's header strings for the life of its response: requests
+    sending the same bytes share one decoded name and value (not one copy per open
+    stream); a long value is decoded for its request alone, and the text is the same."""
+    client = _client()
+    url = "http://127.0.0.1:1/v1/chat/completions"
+
+    def pairs(note: bytes) -> list[tuple[bytes, bytes]]:  # fresh bytes objects each time
+        return [(bytes(bytearray(b"content-type")), bytes(bytearray(b"application/json"))),
+                (bytes(bytearray(b"x-note")), bytes(bytearray(note)))]
+
+    first = client.build_request("POST", url, content=b"{}", headers=pairs("café".encode()))
+    again = client.build_request("POST", url, content=b"{}", headers=pairs("café".encode()))
+    assert again.headers == first.headers == [("content-type", "application/json"), ("x-note", "café"),
+                                              ("accept-encoding", "identity")]
+    assert all(a[0] is b[0] and a[1] is b[1] for a, b in zip(first.headers, again.headers))
+    long = b"v" * 10_000
+    one = client.build_request("POST", url, headers=pairs(long)).headers[1][1]
+    other = client.build_request("POST", url, headers=pairs(long)).headers[1][1]
+    assert one == other == long.decode() and one is not other
+
+
 async def test_aread_and_aiter_bytes_undo_gzip_as_httpx_would() -> None:
     plain = b'{"ok": true}' * 50
 

@@ -262,7 +262,7 @@ class UpstreamClient:
         elif isinstance(headers, dict):
             pairs = RequestHeaders(headers.items())
         else:
-            pairs = RequestHeaders([(name.decode("latin-1"), _text(value)) for name, value in headers])
+            pairs = RequestHeaders([(_name(name), _text(value)) for name, value in headers])
         if not any(name.lower() == "accept-encoding" for name, _ in pairs):
             pairs.append(("accept-encoding", "identity"))  # else aiohttp asks for gzip
         return UpstreamTarget(method, _checked(url), pairs)
@@ -335,8 +335,41 @@ def _parsed(url: str | yarl.URL) -> yarl.URL:
     return parsed
 
 
+#: Header names and values decoded by :func:`_name` and :func:`_text`, shared by every
+#: request that sends the same bytes (aiohttp keeps a request's header strings for the
+#: life of its response: ~470 B per open stream when each request decoded its own): at
+#: most :data:`_TEXTS_SIZE` of at most :data:`_TEXT_MAX` bytes; credentials are never
+#: forwarded from the client, so what is kept is the provider's key and headers seen
+#: on every request (content type, user agent, ...).
+_TEXTS: dict[bytes, str] = {}
+_NAMES: dict[bytes, str] = {}
+_TEXTS_SIZE = 1024
+_TEXT_MAX = 256
+
+
+def _name(name: bytes) -> str:
+    """A header name as text (latin-1), shared with earlier requests sending it."""
+    known = _NAMES.get(name)
+    if known is None:
+        known = name.decode("latin-1")
+        if len(name) <= _TEXT_MAX:
+            if len(_NAMES) >= _TEXTS_SIZE:
+                _NAMES.clear()
+            _NAMES[name] = known
+    return known
+
+
 def _text(value: bytes) -> str:
+    """A header value as text (UTF-8, else latin-1), shared with earlier requests sending it."""
+    known = _TEXTS.get(value)
+    if known is not None:
+        return known
     try:
-        return value.decode("utf-8")
+        known = value.decode("utf-8")
     except UnicodeDecodeError:  # not admitted by the gateway; kept readable rather than lost
-        return value.decode("latin-1")
+        known = value.decode("latin-1")
+    if len(value) <= _TEXT_MAX:
+        if len(_TEXTS) >= _TEXTS_SIZE:
+            _TEXTS.clear()
+        _TEXTS[value] = known
+    return known
