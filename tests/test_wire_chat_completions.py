@@ -400,3 +400,25 @@ def test_finish_reason_or_done_completes_every_call_of_a_choice() -> None:
 def test_cached_tokens_are_part_of_prompt_tokens() -> None:
     usage = {"prompt_tokens": 2317, "completion_tokens": 61, "prompt_tokens_details": {"cached_tokens": 1920}}
     assert CHAT_COMPLETIONS.parse_response({"usage": usage}).usage == Usage(2317, 61, cache_read_input_tokens=1920)
+
+
+def test_an_open_plain_answer_holds_no_tool_call_state() -> None:
+    """An observer is held for the life of each open stream: one that has seen only
+    content (no tool call, no finish_reason yet) holds no containers of its own (the
+    empty set and three dicts it held were ~400 B per open stream)."""
+    import gc
+    import tracemalloc
+
+    chunk = '{"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}]}'
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        observer = CHAT_COMPLETIONS.stream_observer()
+        for _ in range(3):
+            assert observer.feed("", chunk) is EventKind.CONTENT
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 320, held  # the observer itself, with its slots
+    assert observer.summary().tool_calls == []

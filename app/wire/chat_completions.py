@@ -76,10 +76,12 @@ class ChatCompletionsObserver:
     __slots__ = ("_calls", "_by_id", "_last", "_finished", "_usage", "_terminal", "_done")
 
     def __init__(self) -> None:
-        self._calls: dict[tuple[int, int], _PartialCall] = {}
-        self._by_id: dict[tuple[int, str], int] = {}  # (choice, call id) -> tool index
-        self._last: dict[int, int] = {}  # choice -> last tool index seen
-        self._finished: set[int] = set()  # choices whose finish_reason arrived
+        # Made with the first tool call or finish_reason (most streams have none, and an
+        # empty set is ~216 B held per open stream).
+        self._calls: dict[tuple[int, int], _PartialCall] | None = None
+        self._by_id: dict[tuple[int, str], int] | None = None  # (choice, call id) -> tool index
+        self._last: dict[int, int] | None = None  # choice -> last tool index seen
+        self._finished: set[int] | None = None  # choices whose finish_reason arrived
         self._usage: Usage | None = None
         self._terminal = False
         self._done = False  # data: [DONE] arrived with no error chunk before it
@@ -115,10 +117,11 @@ class ChatCompletionsObserver:
         arrived, or their arguments are already a whole JSON value (chat streams mark
         no single call's end). A call cut off by an error chunk or a truncation is
         never run by the agent, so it is left out."""
-        calls = []
-        for (ci, _), p in self._calls.items():
+        calls: list[ToolCall] = []
+        finished = self._finished or ()
+        for (ci, _), p in (self._calls or {}).items():
             arguments = "".join(p.arguments)
-            if self._done or ci in self._finished or loads(arguments) is not None:
+            if self._done or ci in finished or loads(arguments) is not None:
                 calls.append(ToolCall(call_id=p.call_id, name=p.name, arguments=arguments))
         return ResponseSummary(tool_calls=calls, usage=self._usage, terminal_seen=self._terminal)
 
@@ -133,6 +136,8 @@ class ChatCompletionsObserver:
             finish = choice.get("finish_reason")
             if isinstance(finish, str) and finish:
                 index = choice.get("index")
+                if self._finished is None:
+                    self._finished = set()
                 self._finished.add(index if isinstance(index, int) else 0)
             text = choice.get("text")
             if isinstance(text, str) and text:
@@ -154,26 +159,29 @@ class ChatCompletionsObserver:
         return kind
 
     def _take_delta(self, ci: int, tc: dict[str, Any]) -> None:
+        if self._calls is None or self._by_id is None or self._last is None:
+            self._calls, self._by_id, self._last = {}, {}, {}
+        calls, by_id, last = self._calls, self._by_id, self._last
         call_id = as_str(tc.get("id"))
         ti = tc.get("index")
         if not isinstance(ti, int) or isinstance(ti, bool):
             # Some providers omit ``index``: a new id starts a call, else continue the last.
-            known = self._by_id.get((ci, call_id)) if call_id else None
+            known = by_id.get((ci, call_id)) if call_id else None
             if known is not None:
                 ti = known
-            elif call_id or ci not in self._last:
-                ti = sum(1 for c, _ in self._calls if c == ci)
-                while (ci, ti) in self._calls:
+            elif call_id or ci not in last:
+                ti = sum(1 for c, _ in calls if c == ci)
+                while (ci, ti) in calls:
                     ti += 1
             else:
-                ti = self._last[ci]
-        self._last[ci] = ti
-        partial = self._calls.get((ci, ti))
+                ti = last[ci]
+        last[ci] = ti
+        partial = calls.get((ci, ti))
         if partial is None:
-            partial = self._calls[(ci, ti)] = _PartialCall()
+            partial = calls[(ci, ti)] = _PartialCall()
         if call_id and not partial.call_id:
             partial.call_id = call_id
-            self._by_id[(ci, call_id)] = ti
+            by_id[(ci, call_id)] = ti
         fn = tc.get("function")
         if isinstance(fn, dict):
             name = fn.get("name")
