@@ -10,6 +10,7 @@ import httpx
 import openai
 import pytest
 
+from app.proxy.capacity import UpstreamSlots
 from tests.support import Admin, GatewayProcess
 
 CAP = 4
@@ -63,3 +64,30 @@ def test_a_refused_admission_gives_its_slot_back(capped, upstream):
     _, other = admin.create_task()
     r = httpx.post(capped.url + "/v1/chat/completions", json=body, headers={"authorization": f"Bearer {other}"})
     assert r.status_code == 200
+
+
+async def test_a_slot_releasing_before_on_finish_is_small() -> None:
+    """``releasing`` is held for the life of each open stream: an object of two slots
+    (a closure, its cell and tuple, were ~200 B); it gives the slot back, then calls
+    ``on_finish`` with the outcome."""
+    import gc
+    import tracemalloc
+
+    slots = UpstreamSlots(1, 1.0)
+    slot = await slots.take()
+    seen: list[object] = []
+
+    async def on_finish(outcome: object) -> None:
+        seen.append((outcome, slots._semaphore.locked()))
+
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        finish = slot.releasing(on_finish)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 120, held
+    await finish("done")
+    assert seen == [("done", False)]
