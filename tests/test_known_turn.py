@@ -226,3 +226,25 @@ async def test_a_run_of_turns_ends_the_same_with_and_without_known_windows(pool,
     cached = await _run(pool, settings, script, windows="cached")
     assert cached == usual
     assert "known" in known
+
+
+async def test_a_window_not_known_here_is_read_under_the_lock(pool, known, database_url):
+    """This process forgot the conversation's window (another gateway served it): the
+    turn is predicted on an empty window, which the statement finds is not the
+    database's; it writes nothing, returns the window, and the loop there stops the turn
+    on the usual path."""
+    settings = Settings(database_url=database_url)
+    task_id, hashed = await _task(pool)
+    same = {"path": "src/app.py"}
+    assert await _admit(pool, hashed, settings, _turn("w0")) == "admitted"  # the task is known here
+    assert await _admit(pool, hashed, settings, _turn("c1", arguments=same, output="x = 1")) == "admitted"
+    await pool.execute(
+        "INSERT INTO tool_calls (task_id, call_id, conversation_key, tool_name, arguments_hash, result_hash,"
+        " is_error, is_empty, completed_at) SELECT task_id, 'other' || n, conversation_key, tool_name, arguments_hash,"
+        " result_hash, is_error, is_empty, now() FROM tool_calls, generate_series(1, 3) AS n"
+        " WHERE task_id = $1 AND call_id = 'c1'", task_id)
+    known_windows.forget()
+    assert await _admit(pool, hashed, settings, _turn("c5", arguments=same, output="x = 1")) == "repeated_tool_call"
+    assert known[-1] == "usual"
+    row = await pool.fetchrow("SELECT admitted_requests, refused_requests, status FROM tasks WHERE id = $1", task_id)
+    assert tuple(row) == (2, 1, "stopped")

@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 from app.admission import known_turn
+from app.admission import turn as agent_turn
 from app.admission.admission import admit
 from app.admission.tokens import token_hash
 from app.db.pool import asyncpg_dsn, create_pool
@@ -66,19 +67,20 @@ def test_a_fast_path_admission_is_one_statement(routes, route):
     assert "UPDATE tasks" in statement and "INSERT INTO admissions" in statement, calls
 
 
-def _turn(i: int) -> GuardRequest:
+def _turn(i: int, conversation: str = "s:work") -> GuardRequest:
     """An agent turn: the previous assistant turn called a tool (new call id) and the
     tool answered."""
     call_id = f"call_work_{i}"
-    return GuardRequest("s:work", [ToolCall(call_id, "read_file", {"path": f"src/{i}.py"})],
+    return GuardRequest(conversation, [ToolCall(call_id, "read_file", {"path": f"src/{i}.py"})],
                         [ToolResult(call_id, f"print({i})")])
 
 
 async def _turns_and_count(url: str, stats_url: str, n: int, windows: str) -> tuple[dict[str, int], dict[str, object]]:
     """``n`` agent turns on one conversation; ``windows``: ``cached`` (as the gateway
     runs), ``unknown`` (forgotten before each turn, as after another process wrote the
-    conversation) or ``none`` (the caller turned known-window turns off: the transaction
-    path)."""
+    conversation), ``none`` (the caller turned known-window turns off: the transaction
+    path) or ``new`` (each turn the first of a conversation of its own, never seen here:
+    the bench's agent turn)."""
     stats = await asyncpg.connect(asyncpg_dsn(stats_url))
     try:
         token = "tg-turn-" + secrets.token_hex(8)
@@ -93,7 +95,9 @@ async def _turns_and_count(url: str, stats_url: str, n: int, windows: str) -> tu
             for i in range(n):
                 if windows != "cached":
                     known_windows.forget()
-                admitted = await admit(pool, token_hash(token), settings, _turn(i), conversation_key="s:work")
+                conversation = f"s:new{i}" if windows == "new" else "s:work"
+                admitted = await admit(pool, token_hash(token), settings, _turn(i, conversation),
+                                       conversation_key=conversation)
                 assert admitted.verdict is not None and admitted.verdict.action is Action.OK
         finally:
             await pool.close()
@@ -141,6 +145,44 @@ def test_an_agent_turn_whose_window_is_not_known_here_is_two_statements(routes, 
     calls, counted = asyncio.run(_turns_and_count(routes[route], routes["stats"], 20, windows="unknown"))
     assert calls == {next(iter(calls)): 40} and "taskgate_known_turn" in next(iter(calls)), calls
     assert counted == {"admitted": 22, "tool_calls": 22, "completed": 22}, counted
+
+
+@pytest.mark.parametrize("route", ["direct", "pgbouncer"])
+def test_a_new_conversations_first_turn_is_one_statement(routes, route):
+    """Turns each opening a conversation never seen here (its window not cached): the
+    window is predicted empty and checked under the lock, one statement each."""
+    calls, counted = asyncio.run(_turns_and_count(routes[route], routes["stats"], 20, windows="new"))
+    assert calls == {next(iter(calls)): 20} and "taskgate_known_turn" in next(iter(calls)), calls
+    assert counted == {"admitted": 22, "tool_calls": 22, "completed": 22}, counted
+
+
+async def _after_a_locked_turn(url: str, stats_url: str) -> dict[str, int]:
+    stats = await asyncpg.connect(asyncpg_dsn(stats_url))
+    try:
+        token = "tg-locked-" + secrets.token_hex(8)
+        await stats.execute("INSERT INTO tasks (id, token_hash, request_limit) VALUES ($1, $2, 1000000)",
+                            token, token_hash(token))
+        settings = Settings(database_url=url, _env_file=None)  # type: ignore[call-arg]
+        pool = await create_pool(url, settings)
+        try:
+            agent_turn.forget()  # no task seen here: the first turn takes the locked path
+            await admit(pool, token_hash(token), settings, _turn(0, "s:locked"), conversation_key="s:locked")
+            await stats.execute("SELECT pg_stat_statements_reset()")
+            admitted = await admit(pool, token_hash(token), settings, _turn(1, "s:locked"),
+                                   conversation_key="s:locked")
+            assert admitted.verdict is not None and admitted.verdict.action is Action.OK
+        finally:
+            await pool.close()
+        return {r["query"]: r["calls"] for r in await stats.fetch(_CALLS)}
+    finally:
+        await stats.close()
+
+
+def test_the_turn_after_a_locked_path_turn_is_one_statement(routes):
+    """The locked path leaves the window it judged (under the lock) here: the
+    conversation's next turn is predicted from it, one statement."""
+    calls = asyncio.run(_after_a_locked_turn(routes["direct"], routes["stats"]))
+    assert calls == {next(iter(calls)): 1} and "taskgate_known_turn" in next(iter(calls)), calls
 
 
 async def _responses_and_count(url: str, stats_url: str, n: int) -> tuple[dict[str, int], dict[str, object]]:

@@ -20,10 +20,13 @@ detector judges first:
    the turn was exactly the predicted one: the request counted, the same new calls and
    completed results, neither tool-call ceiling passed.
 
-When the window is not known here (another process served the conversation, or the
-response's usage accounting has not finished: a client may send its next request
-before it does), or is no longer the database's, the statement returns the window as it
-is instead of writing, and the turn is predicted and sent once more from that.
+When the window is not known here, it is predicted empty: a conversation's first turn
+(its first tool results; the bench's agent turn) is then one statement too, the empty
+window checked under the lock as a cached one is. When that is wrong (another process
+served the conversation, or the response's usage accounting has not finished: a client
+may send its next request before it does), or the cached window is no longer the
+database's, the statement returns the window as it is instead of writing, and the turn
+is predicted and sent once more from that.
 
 So the verdict is the one the transaction path reaches on the same window, the commit
 is as durable (``synchronous_commit = on``), and the transaction path runs only for a
@@ -81,7 +84,9 @@ async def admit_known(conn: asyncpg.Connection, token_hash: str, guard: GuardReq
     key = guard.conversation_key
     size, calls, results = agent_turn.rows(task, guard, settings)
     cached = known_windows.get(task.id, key)
-    before: Sequence[CallRecord] | None = None if cached is None else cached.last(size)
+    # not known here: a conversation's first turn is the usual case (its window empty),
+    # checked under the lock like any cached window; another window is returned instead
+    before: Sequence[CallRecord] | None = () if cached is None else cached.last(size)
     for _ in range(ATTEMPTS):
         new_calls = completed = 0
         verdict = OK

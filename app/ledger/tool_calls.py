@@ -32,7 +32,7 @@ from app.guard.detector import Action, CallRecord, Thresholds, Verdict, window_s
 from app.guard.judge import GuardRequest, judge
 from app.guard.policy import Policy
 from app.guard.result_prints import config_for, fingerprints
-from app.ledger import conversations
+from app.ledger import conversations, known_windows
 from app.ledger.rows import call_rows, result_rows
 from app.task import Task
 from app.wire.base import ToolCall
@@ -74,7 +74,8 @@ async def record_request(conn: asyncpg.Connection, task: Task, guard: GuardReque
     call id is unknown (neither in the ledger nor in the request's trailing assistant
     turn) cannot be attributed to a tool and are skipped. Returns ``OK`` without
     running the detector when nothing new was recorded (a resent history).
-    ``request_id`` goes into the ``loop_warning`` event.
+    ``request_id`` goes into the ``loop_warning`` event. The window judged is left in
+    :mod:`app.ledger.known_windows` (the next turn's prediction starts from it).
     """
     task_id = task.id
     key = guard.conversation_key
@@ -97,6 +98,9 @@ async def record_request(conn: asyncpg.Connection, task: Task, guard: GuardReque
     conv_calls = await conversations.add_tool_calls(conn, task_id, key, new_calls,
                                                     thresholds.conversation_tool_call_limit)
     window = await history(conn, task_id, key, thresholds)
+    # the window under the lock, after the writes: the conversation's next turn here is one
+    # statement (app.admission.known_turn checks it under the lock; a rollback only makes it stale)
+    known_windows.put(task_id, key, window_size(thresholds), window)
     verdict = judge(window, policy, key, normalizer, task_tool_calls=task.tool_calls + new_calls,
                     conversation_tool_calls=conv_calls)
     if verdict.action is Action.WARN:
