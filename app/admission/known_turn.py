@@ -82,7 +82,8 @@ async def admit_known(conn: asyncpg.Connection, token_hash: str, guard: GuardReq
         return None
     task, loop_guard = expected
     key = guard.conversation_key
-    size, calls, results = agent_turn.rows(task, guard, settings)
+    policy = Policy(task, settings)  # its loop_guard is checked on the locked row; the ceilings are too
+    size, calls, results = agent_turn.rows(task, guard, settings, policy)
     cached = known_windows.get(task.id, key)
     # not known here: a conversation's first turn is the usual case (its window empty),
     # checked under the lock like any cached window; another window is returned instead
@@ -99,7 +100,6 @@ async def admit_known(conn: asyncpg.Connection, token_hash: str, guard: GuardReq
             new_calls, completed, predicted = prediction.new_calls, prediction.completed, prediction.window
             send = prediction.calls, prediction.results
             if new_calls or completed:
-                policy = Policy(task, settings)  # its loop_guard is checked on the locked row; the ceilings are too
                 verdict = judge_window(predicted, policy, key, policy.normalizer, task_tool_calls=0,
                                        conversation_tool_calls=0)
                 if verdict.action is not Action.OK:

@@ -105,15 +105,17 @@ async def open_turn(conn: asyncpg.Connection, token_hash: str, guard: GuardReque
                 row["turn_conversation_calls"], history, row["rule_now"])
 
 
-def rows(expected: Task, guard: GuardRequest, settings: Settings) -> tuple[int, CallColumns, ResultColumns]:
+def rows(expected: Task, guard: GuardRequest, settings: Settings,
+         policy: Policy | None = None) -> tuple[int, CallColumns, ResultColumns]:
     """The history window a turn of ``expected`` reads (records) and the ledger's columns
     of ``guard``'s tool calls and results; the results are fingerprinted for
-    ``expected``'s configuration here unless ``guard.prints`` already is."""
+    ``expected``'s configuration here unless ``guard.prints`` already is. ``policy``:
+    ``expected``'s, when the caller has one (its thresholds are then resolved once)."""
     config = config_for(expected, settings)
     prints = guard.prints
     if prints is None or prints.config != config:
         prints = guard.prints = fingerprints(guard.tool_calls, guard.tool_results, config)
-    return (window_size(Policy(expected, settings).thresholds),
+    return (window_size((policy or Policy(expected, settings)).thresholds),
             call_rows(guard.tool_calls, prints.arguments, settings.ledger_argument_preview), result_rows(prints))
 
 
