@@ -9,7 +9,8 @@ the console (:mod:`app.console.install`, which subscribes to the core's events).
 FastAPI app runs the lifespan, and the proxy shares its ``state``. The dispatcher first
 reads a run named in the path (``/run/<name>/v1/...`` is ``/v1/...`` of a run,
 :mod:`app.proxy.run_path`); the console's middleware that sees every request (tracing,
-only when OpenTelemetry is on) wraps each of the two apps.
+only when OpenTelemetry is on) wraps each of the two apps. Without it, the proxy is the
+dispatcher itself (:class:`~app.proxy.lane.ProxyApp` given the FastAPI app).
 
 At start-up the lifespan resolves the database (embedded PostgreSQL when
 ``TASKGATE_DATABASE_URL`` is unset), migrates it when configured, and opens one pooled
@@ -45,10 +46,9 @@ from app.mcp import routes as mcp_routes
 from app.proxy.auth import KnownTokens
 from app.proxy.capacity import UpstreamSlots
 from app.proxy.endpoints import DEFAULT_ENDPOINTS, parse_endpoints
-from app.proxy.lane import ProxyApp
+from app.proxy.lane import ProxyApp, proxied
 from app.proxy.open_requests import OpenRequests
 from app.proxy.redact import Redactor, provider_keys
-from app.proxy.run_path import PREFIX, unprefixed
 from app.proxy.stop_watch import StopWatcher
 from app.proxy.upstream import create_client
 from app.request_ids import RequestIdMiddleware
@@ -82,21 +82,19 @@ class Dispatch:
     lifespan included) to ``api``.
 
     One layer, not a layer per job: every ASGI layer is a coroutine frame held for the
-    life of each open stream (``python -m bench.stream_memory``)."""
+    life of each open stream (``python -m bench.stream_memory``); with no middleware
+    around the proxy, the proxy is this layer itself (:class:`app.proxy.lane.ProxyApp`
+    given ``api``), one frame less. The choice is :func:`app.proxy.lane.proxied`."""
 
     def __init__(self, api: ASGIApp, proxy: ASGIApp) -> None:
         self.api = api
         self.proxy = proxy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path = scope["path"]
-            if path.startswith(PREFIX):
-                scope = unprefixed(scope) or scope
-                path = scope["path"]
-            if path.startswith("/v1/") or path == "/v1":
-                await self.proxy(scope, receive, send)
-                return
+        served = proxied(scope)
+        if served is not None:
+            await self.proxy(served, receive, send)
+            return
         await self.api(scope, receive, send)
 
 
@@ -160,6 +158,8 @@ def create_app(settings: Settings | None = None) -> ASGIApp:
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)  # the proxy tags its own
     outer = console.install(app)
     handlers.install(app, settings)
+    if not outer:  # the proxy is the outer layer itself (Dispatch's docstring)
+        return ProxyApp(app.state, settings.access_log, api=app)
     api: ASGIApp = app
     proxy: ASGIApp = ProxyApp(app.state, settings.access_log)
     for middleware in reversed(outer):  # around both apps, inside the run's rewrite

@@ -139,3 +139,30 @@ def test_the_dispatcher_sends_v1_to_the_proxy_and_the_rest_to_the_api() -> None:
         asyncio.run(served(scope, _receive, _receive))
     assert seen == [("proxy", "/v1/chat/completions"), ("proxy", "/v1"), ("api", "/v10"),
                     ("proxy", "/v1/messages"), ("api", "/healthz"), ("api", "/mcp/x"), ("api", "lifespan")]
+
+
+def test_given_the_api_the_proxy_is_the_dispatcher_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no middleware around the proxy (tracing off), create_app serves ProxyApp given
+    the API app: one coroutine frame less per open stream. It chooses as Dispatch does."""
+    seen: list[tuple[str, str]] = []
+
+    async def api(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(("api", scope.get("path", scope["type"])))
+
+    async def endpoint(request: Any) -> Response:
+        seen.append(("proxy", request.scope["path"]))
+        return Response(b"")
+
+    monkeypatch.setitem(lane._ENDPOINTS, "POST", endpoint)
+    monkeypatch.setitem(lane._ENDPOINTS, "GET", endpoint)
+
+    async def send(message: Any) -> None:
+        pass
+
+    served = lane.ProxyApp(State(), api=api)
+    for scope in (_scope("POST", "/v1/chat/completions"), _scope("GET", "/v1"), _scope("GET", "/v10"),
+                  _scope("POST", "/run/r1/v1/messages"), _scope("GET", "/healthz"), _scope("POST", "/mcp/x"),
+                  {"type": "lifespan"}):
+        asyncio.run(served(scope, _receive, send))
+    assert seen == [("proxy", "/v1/chat/completions"), ("proxy", "/v1"), ("api", "/v10"),
+                    ("proxy", "/v1/messages"), ("api", "/healthz"), ("api", "/mcp/x"), ("api", "lifespan")]
