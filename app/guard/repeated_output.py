@@ -120,6 +120,11 @@ class OutputMonitor:
     :data:`PASSAGE_CHARS` characters), ``distinct_words``, ``count`` (occurrences within
     the horizon), ``average_gap_words``, ``threshold``, ``max_average_gap_words``."""
 
+    # Held for the life of each open stream: slots, no instance dict.
+    __slots__ = ("analyse", "detected", "detail", "chars", "_hash", "_head", "_prose", "_in_fence",
+                 "_units", "_recent", "_fresh", "_fresh_words", "_pending", "_long", "_close", "_raw",
+                 "_raw_chars")
+
     def __init__(self, analyse: bool = True) -> None:
         self.analyse = analyse
         self.detected = False
