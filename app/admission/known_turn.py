@@ -26,7 +26,10 @@ window checked under the lock as a cached one is. When that is wrong (another pr
 served the conversation, or the response's usage accounting has not finished: a client
 may send its next request before it does), or the cached window is no longer the
 database's, the statement returns the window as it is instead of writing, and the turn
-is predicted and sent once more from that.
+is predicted and sent once more from that. The locked path leaves the window it judged
+here too (:func:`app.ledger.tool_calls.record_request`): in the bench's agent turn (one
+conversation per task) 1,140 of 1,141 statements were the turn's only one (200 of 927
+turns sent two before).
 
 So the verdict is the one the transaction path reaches on the same window, the commit
 is as durable (``synchronous_commit = on``), and the transaction path runs only for a
