@@ -350,13 +350,7 @@ _TEXT_MAX = 256
 def _name(name: bytes) -> str:
     """A header name as text (latin-1), shared with earlier requests sending it."""
     known = _NAMES.get(name)
-    if known is None:
-        known = name.decode("latin-1")
-        if len(name) <= _TEXT_MAX:
-            if len(_NAMES) >= _TEXTS_SIZE:
-                _NAMES.clear()
-            _NAMES[name] = known
-    return known
+    return known if known is not None else _keep(_NAMES, name, name.decode("latin-1"))
 
 
 def _text(value: bytes) -> str:
@@ -365,11 +359,16 @@ def _text(value: bytes) -> str:
     if known is not None:
         return known
     try:
-        known = value.decode("utf-8")
+        text = value.decode("utf-8")
     except UnicodeDecodeError:  # not admitted by the gateway; kept readable rather than lost
-        known = value.decode("latin-1")
-    if len(value) <= _TEXT_MAX:
-        if len(_TEXTS) >= _TEXTS_SIZE:
-            _TEXTS.clear()
-        _TEXTS[value] = known
-    return known
+        text = value.decode("latin-1")
+    return _keep(_TEXTS, value, text)
+
+
+def _keep(table: dict[bytes, str], raw: bytes, text: str) -> str:
+    """``text``, kept in ``table`` under ``raw`` when ``raw`` is short (a full table is emptied)."""
+    if len(raw) <= _TEXT_MAX:
+        if len(table) >= _TEXTS_SIZE:
+            table.clear()
+        table[raw] = text
+    return text
