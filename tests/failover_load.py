@@ -200,19 +200,24 @@ def rows(url: str, query: str, *args: Any) -> list[asyncpg.Record]:
 
 
 def settled(url: str, task_ids: list[str], timeout: float = 90) -> None:
-    """Wait until no hold of ``task_ids`` is left and their counters stop moving (the
-    gateways' accounting, retried through the outage, has landed)."""
+    """Wait until no hold of ``task_ids`` is left, every admission of theirs is marked
+    settled (``settled_at``: its settlement landed, retried through the outage by a
+    gateway's backlog) and their counters stop moving. The counters alone are not
+    enough: a backlogged settlement is retried every ~2 s (up to 2.4 s, plus its round's
+    statement timeout), so counters unchanged for one ~1 s poll said nothing of it."""
     deadline = time.monotonic() + timeout
     last: list[Any] | None = None
     while time.monotonic() < deadline:
         try:
-            holds = rows(url, "SELECT count(*) AS n FROM reservations WHERE task_id = ANY($1)", task_ids)[0]["n"]
+            waiting = rows(url, "SELECT count(*) AS n FROM reservations WHERE task_id = ANY($1)", task_ids)[0]["n"]
+            waiting += rows(url, "SELECT count(*) AS n FROM admissions WHERE task_id = ANY($1) AND settled_at IS NULL",
+                          task_ids)[0]["n"]
             now = [tuple(r) for r in rows(url, "SELECT id, input_tokens, output_tokens, cost_usd FROM tasks"
                                               " WHERE id = ANY($1) ORDER BY id", task_ids)]
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError):
             time.sleep(0.5)
             continue
-        if holds == 0 and now == last:
+        if waiting == 0 and now == last:
             return
         last = now
         time.sleep(1.0)
