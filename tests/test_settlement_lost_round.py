@@ -81,3 +81,41 @@ async def test_a_round_killed_mid_statement_leaves_its_settlements_to_the_backlo
     settled = await pool.fetchval("SELECT count(*) FROM admissions WHERE key = ANY($1) AND settled_at IS NOT NULL",
                                   keys)
     assert settled == 2
+
+
+async def test_a_round_chosen_as_a_deadlock_victim_leaves_its_settlement_to_the_backlog(pool, database_url):
+    """Seen in tests/test_failover.py under load: a round of one settlement was the victim of
+    a deadlock (40P01, with a multi-row insert that takes task locks in another order); the
+    statement was rolled back whole, so resending it is safe, but the error was not
+    'unreachable' and the settlement was lost (ERROR 'recording the outcome ... failed').
+    Here the other side holds the admission's row and then asks for the task's lock, with
+    a longer deadlock_timeout so the round is the one rolled back."""
+    settings = Settings(database_url=database_url, accounting_retry_s=30)
+    task_id = await _task(pool)
+    key = await _admitted(pool, task_id)
+    recovered, dropped = backlog.recovered, backlog.dropped
+    other = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        await other.execute("SET deadlock_timeout = '20s'")
+        tx = other.transaction()
+        await tx.start()
+        await other.execute("UPDATE admissions SET settled_at = settled_at WHERE key = $1", key)
+        summary = ResponseSummary(usage=Usage(input_tokens=22, output_tokens=9), terminal_seen=True)
+        settling = asyncio.create_task(exchange.settle(pool, settings, task_id, "c", summary, None,
+                                                       admission_key=key, model="m", counted=True))
+        await _round_backend(pool, task_id)  # holds the task's lock, waits for the admission's row
+        blocked = asyncio.create_task(other.execute("SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE", task_id))
+        assert (await settling)[0] is True  # the round is rolled back (40P01) after ~1 s
+        await blocked
+        await tx.rollback()
+        for _ in range(300):
+            if not backlog.pending:
+                break
+            await asyncio.sleep(0.05)
+        assert not backlog.pending
+    finally:
+        await other.close()
+    assert backlog.dropped == dropped and backlog.recovered > recovered
+    row = await pool.fetchrow("SELECT input_tokens, output_tokens FROM tasks WHERE id = $1", task_id)
+    assert tuple(row) == (22, 9)  # landed, once
+    assert await pool.fetchval("SELECT settled_at IS NOT NULL FROM admissions WHERE key = $1", key)

@@ -58,6 +58,15 @@ def database_unreachable(exc: BaseException) -> bool:
     return False
 
 
+def rolled_back(exc: BaseException) -> bool:
+    """``True`` when ``exc`` is PostgreSQL's class 40 (transaction rollback: a deadlock
+    victim ``40P01``, a serialization failure ``40001``): the statement or transaction
+    was rolled back whole, nothing of it committed, so sending it again is safe (a
+    settlement round that loses a deadlock to a multi-row insert taking task locks in
+    another order). Not an unreachable database (no 503). Pure; never raises."""
+    return isinstance(exc, asyncpg.PostgresError) and (getattr(exc, "sqlstate", None) or "")[:2] == "40"
+
+
 def server_gone(exc: BaseException) -> bool:
     """``True`` when ``exc`` says the server a connection reached is gone or no longer
     takes writes (refused or reset, shut down, crashed, starting up, read-only, the

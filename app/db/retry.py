@@ -2,7 +2,8 @@
 
 Accounting (usage, ledger rows, stream events) runs after the client has its answer. If
 PostgreSQL cannot be reached just then (a restart, a failover, a PgBouncer reconnect),
-the record is handed to :data:`backlog`, which retries it in the background with
+the record is handed to :data:`backlog` (so is one rolled back whole as a deadlock's
+victim, :func:`app.db.errors.rolled_back`), which retries it in the background with
 exponential backoff (0.1 s doubling to 2 s, ±20 % jitter) for ``accounting_retry_s``
 seconds from the first failure. What still fails then is dropped: counted
 (``Backlog.dropped``) and logged through the rate-limited fault log, naming the task
@@ -22,7 +23,7 @@ import time
 from collections.abc import Iterator
 from typing import Awaitable, Callable
 
-from app.db.errors import database_unreachable
+from app.db.errors import database_unreachable, rolled_back
 from app.fault_log import faults
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class Backlog:
             try:
                 await write()
             except Exception as exc:
-                if not database_unreachable(exc):
+                if not (database_unreachable(exc) or rolled_back(exc)):  # a deadlock victim: again
                     logger.exception("recording %s failed", what)
                     self.dropped += 1
                     return

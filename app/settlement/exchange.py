@@ -48,7 +48,7 @@ from app.budgets import model_limits, rates, windows
 from app.budgets.ledger import WindowKey
 from app.db import commits, settlements, sql
 from app.db import tasks as task_rows
-from app.db.errors import database_unreachable
+from app.db.errors import database_unreachable, rolled_back
 from app.db.retry import backlog
 from app.guard.detector import Verdict
 from app.settings import Settings
@@ -71,12 +71,14 @@ _SETTLE_USAGE = sql.statement("budget_settle_usage")
 
 
 async def retried(write: Callable[[], Awaitable[object]], what: str, retry_s: float) -> None:
-    """Run ``write``; if the database is unreachable, leave it to the backlog (retried
-    every ``retry_s`` seconds; ``what`` names it in the log). Other errors propagate."""
+    """Run ``write``; if the database is unreachable, or ``write`` was rolled back whole
+    (a deadlock victim, :func:`app.db.errors.rolled_back`), leave it to the backlog
+    (retried every ``retry_s`` seconds; ``what`` names it in the log). Other errors
+    propagate."""
     try:
         await write()
     except Exception as exc:
-        if not database_unreachable(exc):
+        if not (database_unreachable(exc) or rolled_back(exc)):
             raise
         backlog.submit(write, what, retry_s, exc)
 
