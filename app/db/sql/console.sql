@@ -8,6 +8,10 @@ SELECT e.reason AS event_reason, e.detail AS event_detail, e.created_at AS event
 
 -- name: request_log_insert
 -- A batch of finished requests (arrays, one element per request); rows of deleted tasks dropped.
+-- Inserted in task id order: each row's foreign key check takes a KEY SHARE lock on its task,
+-- so the batch takes its tasks' locks in the order every multi-task statement does (a
+-- settlement round locks its tasks FOR UPDATE in id order; in arrival order the two
+-- deadlocked under load, tests/test_failover.py).
 INSERT INTO request_log (task_id, finished_at, endpoint, model, provider, status, outcome, stream,
                          input_tokens, output_tokens, cost_usd, duration_ms, request_id)
 SELECT r.* FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::int[],
@@ -15,7 +19,8 @@ SELECT r.* FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5
                        $12::float8[], $13::text[])
        AS r(task_id, finished_at, endpoint, model, provider, status, outcome, stream, input_tokens,
             output_tokens, cost_usd, duration_ms, request_id)
-WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.id = r.task_id);
+WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.id = r.task_id)
+ ORDER BY r.task_id, r.finished_at;
 
 -- name: request_log_purge
 -- Rows older than $1 seconds, $2 at a time.
