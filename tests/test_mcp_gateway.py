@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -59,7 +61,10 @@ def mcp_server() -> Iterator[McpFixture]:
 @pytest.fixture(scope="module")
 def time_server() -> Iterator[StdioBridge]:
     """``mcp-server-time`` (PyPI), a published stdio server, behind streamable HTTP."""
-    with StdioBridge(shutil.which("mcp-server-time") or "mcp-server-time", "--local-timezone", "UTC") as bridge:
+    # installed beside this interpreter (its venv may not be on PATH), else on PATH
+    server = (shutil.which("mcp-server-time", path=os.path.dirname(sys.executable))
+              or shutil.which("mcp-server-time") or "mcp-server-time")
+    with StdioBridge(server, "--local-timezone", "UTC") as bridge:
         yield bridge
 
 

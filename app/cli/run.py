@@ -93,13 +93,14 @@ def outcome_lines(task: dict[str, Any]) -> list[str]:
     return [f"taskgate: task {task['id']} active; {counters}"]
 
 
-def remaining_line(task: dict[str, Any], chain: list[dict[str, Any]]) -> str:
+def remaining_line(task: dict[str, Any], chain: list[dict[str, Any]]) -> str | None:
     """What the task may still spend, as the ``x-taskgate-remaining-*`` headers say it: the
     least of the task's own room and each budget's of ``chain`` (admin API bodies) in its
-    current window, and when the tightest budget's window resets. A stopped task has
-    nothing left until an operator resumes it, whatever its counters say."""
+    current window, and when the tightest budget's window resets. ``None`` for a stopped
+    task: it has nothing left until an operator resumes it, whatever its counters say (the
+    stop's own line says so)."""
     if task["status"] == "stopped":
-        return f"taskgate: remaining nothing: the task is stopped until resumed (taskgate tasks resume {task['id']})"
+        return None
     def least(values: list[Any]) -> Any:
         present = [v for v in values if v is not None]
         return max(0, min(present)) if present else None
@@ -210,7 +211,8 @@ def run(task_id: str | None, budget: str | None, key: str | None, run_name: str 
         stopped = outcome["status"] == "stopped"
         for line in outcome_lines(outcome):
             click.echo(line, err=True)
-        click.echo(remaining_line(outcome, _chain(api, outcome.get("budget"))), err=True)
+        if (left := remaining_line(outcome, _chain(api, outcome.get("budget")))) is not None:
+            click.echo(left, err=True)
     except AdminError as exc:
         click.echo(f"taskgate: cannot read task {task['id']}: {exc}", err=True)
     sys.exit(STOPPED_EXIT_STATUS if stopped else code if code >= 0 else 128 - code)
