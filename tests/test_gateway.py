@@ -137,7 +137,7 @@ def test_limit_stops_task_and_sdks_do_not_retry(gateway, admin, upstream):
     r = admin.http.post(f"/admin/tasks/{task_id}/resume", json={"reason": "raised the limit"})
     assert r.status_code == 200 and r.json()["status"] == "active"
     chat(client)
-    kinds = [e["kind"] for e in admin.events(task_id)]
+    kinds = [e["kind"] for e in admin.events(task_id) if e["kind"] != "task_warning"]  # thresholds: timing
     assert kinds == ["created", "stopped", "limits_changed", "resumed"]
 
 
