@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench.driver import run_load
@@ -99,6 +100,17 @@ def owner(frame: str) -> str:
     return "other"
 
 
+def samples(raw: Path, pid_main_marker: str = "Runner.run") -> Iterator[tuple[list[str], int]]:
+    """py-spy's collapsed stacks in ``raw`` as (frames, sample count), the event-loop
+    thread's only (its stack passes ``pid_main_marker``): worker threads (thread pool,
+    anyio) are not the request path."""
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        frames = stack.split(";")
+        if n.isdigit() and any(pid_main_marker in f for f in frames):
+            yield frames, int(n)
+
+
 def split(raw: Path, pid_main_marker: str = "Runner.run") -> tuple[Counter, Counter, Counter, int]:
     """Busy samples of the event-loop thread by owner of the innermost Python frame,
     by (owner, system call) for samples whose leaf is a libc call (``--native`` only), and
@@ -107,22 +119,16 @@ def split(raw: Path, pid_main_marker: str = "Runner.run") -> tuple[Counter, Coun
     calls: Counter = Counter()
     ours: Counter = Counter()
     total = 0
-    for line in raw.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        if not n.isdigit():
-            continue
-        frames = stack.split(";")
-        if not any(pid_main_marker in f for f in frames):
-            continue
-        total += int(n)
+    for frames, n in samples(raw, pid_main_marker):
+        total += n
         python = [f for f in frames if ".py:" in f]
         inner = python[-1] if python else ""
         who = "event loop (C), no coroutine running" if pid_main_marker in inner else owner(inner)
-        owners[who] += int(n)
+        owners[who] += n
         if "(libc" in frames[-1]:
-            calls[(who, frames[-1].split(" ")[0])] += int(n)
+            calls[(who, frames[-1].split(" ")[0])] += n
         if who == "ours":
-            ours[inner.rsplit(":", 1)[0] + ")"] += int(n)
+            ours[inner.rsplit(":", 1)[0] + ")"] += n
     return owners, calls, ours, total
 
 
@@ -156,16 +162,10 @@ def analyse(raw: Path, pid_main_marker: str = "Runner.run") -> tuple[Counter, Co
     cats: Counter = Counter()
     leaves: Counter = Counter()
     total = 0
-    for line in raw.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        if not n.isdigit():
-            continue
-        frames = stack.split(";")
-        if not any(pid_main_marker in f for f in frames):
-            continue  # worker threads (thread pool, anyio) are not the request path
-        total += int(n)
-        cats[classify(frames)] += int(n)
-        leaves[frames[-1]] += int(n)
+    for frames, n in samples(raw, pid_main_marker):
+        total += n
+        cats[classify(frames)] += n
+        leaves[frames[-1]] += n
     return cats, leaves, total
 
 
