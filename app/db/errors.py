@@ -67,6 +67,13 @@ def rolled_back(exc: BaseException) -> bool:
     return isinstance(exc, asyncpg.PostgresError) and (getattr(exc, "sqlstate", None) or "")[:2] == "40"
 
 
+def write_again(exc: BaseException) -> bool:
+    """``True`` when a write that raised ``exc`` is to be sent again later rather than
+    given up: the database could not be reached (:func:`database_unreachable`) or rolled
+    the write back whole (:func:`rolled_back`). The backlog's rule. Pure; never raises."""
+    return database_unreachable(exc) or rolled_back(exc)
+
+
 def server_gone(exc: BaseException) -> bool:
     """``True`` when ``exc`` says the server a connection reached is gone or no longer
     takes writes (refused or reset, shut down, crashed, starting up, read-only, the

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from typing import Awaitable, Callable
 
-from app.db.errors import database_unreachable, rolled_back
+from app.db.errors import write_again
 from app.fault_log import faults
 
 logger = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class Backlog:
             try:
                 await write()
             except Exception as exc:
-                if not (database_unreachable(exc) or rolled_back(exc)):  # a deadlock victim: again
+                if not write_again(exc):  # unreachable, or a deadlock victim: again
                     logger.exception("recording %s failed", what)
                     self.dropped += 1
                     return

@@ -48,7 +48,7 @@ from app.budgets import model_limits, rates, windows
 from app.budgets.ledger import WindowKey
 from app.db import commits, settlements, sql
 from app.db import tasks as task_rows
-from app.db.errors import database_unreachable, rolled_back
+from app.db.errors import write_again
 from app.db.retry import backlog
 from app.guard.detector import Verdict
 from app.settings import Settings
@@ -72,13 +72,13 @@ _SETTLE_USAGE = sql.statement("budget_settle_usage")
 
 async def retried(write: Callable[[], Awaitable[object]], what: str, retry_s: float) -> None:
     """Run ``write``; if the database is unreachable, or ``write`` was rolled back whole
-    (a deadlock victim, :func:`app.db.errors.rolled_back`), leave it to the backlog
+    (a deadlock victim: :func:`app.db.errors.write_again`), leave it to the backlog
     (retried every ``retry_s`` seconds; ``what`` names it in the log). Other errors
     propagate."""
     try:
         await write()
     except Exception as exc:
-        if not (database_unreachable(exc) or rolled_back(exc)):
+        if not write_again(exc):
             raise
         backlog.submit(write, what, retry_s, exc)
 
