@@ -6,19 +6,18 @@ mark, the statement and ``COMMIT``; a retry after a lost answer writes nothing a
 from __future__ import annotations
 
 import logging
-import uuid
 from decimal import Decimal
 
 import asyncpg
 import pytest
 
 from app.admission.cost import Settlement
-from app.db import commits
 from app.db.pool import create_pool
 from app.settings import Settings
 from app.settlement import response
 from app.settlement.exchange import settle
 from app.wire.base import ResponseSummary, ToolCall, Usage
+from tests import settlement_rows as seed
 
 KEY = "s:one-statement"
 
@@ -26,26 +25,6 @@ KEY = "s:one-statement"
 @pytest.fixture
 def settings(database_url: str) -> Settings:
     return Settings(database_url=database_url)
-
-
-async def _task(pool: asyncpg.Pool, reserved: str = "0") -> str:
-    task_id = f"os-{uuid.uuid4().hex[:10]}"
-    await pool.execute("INSERT INTO tasks (id, token_hash, request_limit, reserved_usd) VALUES ($1, $1, 100, $2)",
-                       task_id, Decimal(reserved))
-    return task_id
-
-
-async def _admitted(pool: asyncpg.Pool, task_id: str) -> uuid.UUID:
-    key = commits.new_key()
-    await pool.execute("INSERT INTO admissions (key, task_id) VALUES ($1, $2)", key, task_id)
-    return key
-
-
-async def _hold(pool: asyncpg.Pool, task_id: str, usd: str) -> int:
-    hold: int = await pool.fetchval(
-        "INSERT INTO reservations (task_id, amount_usd, deadline_at, owner_host, owner_pid, owner_started_at)"
-        " VALUES ($1, $2, now() + interval '1 hour', 'h', 1, 0) RETURNING id", task_id, Decimal(usd))
-    return hold
 
 
 async def _state(pool: asyncpg.Pool, task_id: str) -> tuple[object, ...]:
@@ -66,9 +45,9 @@ def _answer(*call_ids: str) -> ResponseSummary:
 
 @pytest.mark.parametrize("calls", [(), ("c1", "c2")], ids=["judged text answer", "tool calls"])
 async def test_settled_once_per_admission_in_one_statement(pool, settings, calls, caplog):
-    task_id = await _task(pool, "0.50")
-    key = await _admitted(pool, task_id)
-    held = await _hold(pool, task_id, "0.30")
+    task_id = await seed.task(pool, "os", "0.50")
+    key = await seed.admitted(pool, task_id)
+    held = await seed.hold(pool, task_id, "0.30")
     money = Settlement(cost_usd=Decimal("0.05"), release_usd=Decimal("0.30"))
 
     async def once() -> tuple[bool, object]:
@@ -101,8 +80,8 @@ async def test_an_agent_turns_settlement_is_one_statement(database_url, settings
         async with pool.acquire() as conn:
             conn.add_query_logger(lambda record: sent.append(record.query))
         for calls in ((), ("t1",), (), ("t1",)):  # the first two: asyncpg's type introspection too
-            task_id = await _task(pool)
-            key = await _admitted(pool, task_id)
+            task_id = await seed.task(pool, "os")
+            key = await seed.admitted(pool, task_id)
             response.forget_windows()
             sent.clear()
             await settle(pool, settings, task_id, KEY, _answer(*calls), None, admission_key=key, model="m",
@@ -117,7 +96,7 @@ async def test_an_agent_turns_settlement_is_one_statement(database_url, settings
 
 
 async def test_a_missing_task_marks_and_writes_nothing(pool, settings):
-    key = await _admitted(pool, await _task(pool))
+    key = await seed.admitted(pool, await seed.task(pool, "os"))
     for calls in ((), ("m1",)):
         assert await settle(pool, settings, "os-no-such-task", KEY, _answer(*calls), None, admission_key=key,
                             model="m", counted=True) == (True, None)

@@ -16,6 +16,7 @@ import pytest
 from app.db import commits, settlements, sql
 from app.db.batch import Batcher
 from app.db.settlements import UsageSettlement
+from tests import settlement_rows as seed
 
 
 async def test_items_arriving_while_a_round_is_in_flight_go_together_in_the_next():
@@ -62,26 +63,6 @@ async def test_a_failing_item_fails_alone_and_a_lost_connection_fails_its_round(
     assert all(isinstance(d, ConnectionResetError) for d in done)  # the round's outcome: unknown to each
 
 
-async def _task(pool: asyncpg.Pool, reserved: str = "0") -> str:
-    task_id = f"sb-{uuid.uuid4().hex[:10]}"
-    await pool.execute("INSERT INTO tasks (id, token_hash, request_limit, reserved_usd) VALUES ($1, $1, 100, $2)",
-                       task_id, Decimal(reserved))
-    return task_id
-
-
-async def _admitted(pool: asyncpg.Pool, task_id: str) -> uuid.UUID:
-    key = commits.new_key()
-    await pool.execute("INSERT INTO admissions (key, task_id) VALUES ($1, $2)", key, task_id)
-    return key
-
-
-async def _hold(pool: asyncpg.Pool, task_id: str, usd: str) -> int:
-    hold: int = await pool.fetchval(
-        "INSERT INTO reservations (task_id, amount_usd, deadline_at, owner_host, owner_pid, owner_started_at)"
-        " VALUES ($1, $2, now() + interval '1 hour', 'h', 1, 0) RETURNING id", task_id, Decimal(usd))
-    return hold
-
-
 async def _row(pool: asyncpg.Pool, task_id: str) -> tuple[object, ...]:
     t = await pool.fetchrow("SELECT input_tokens, output_tokens, cost_usd, reserved_usd FROM tasks WHERE id = $1",
                             task_id)
@@ -101,14 +82,14 @@ async def test_a_batch_writes_what_one_settlement_at_a_time_writes_duplicates_in
     settlements on twin tasks through settling + ledger_add_usage, one by one."""
     batched, single = {}, {}
     for name in ("a", "b"):
-        batched[name], single[name] = await _task(pool, "0.50"), await _task(pool, "0.50")
+        batched[name], single[name] = await seed.task(pool, "sb", "0.50"), await seed.task(pool, "sb", "0.50")
     plans = [("a", None), ("a", "0.30"), ("a", None), ("b", "0.20")]
     items, alone = [], []
     for i, (name, held) in enumerate(plans):
         model = "m" if i != 2 else None  # not an admitted request's spend
         for tasks, out in ((batched, items), (single, alone)):
-            hold = await _hold(pool, tasks[name], held) if held else None
-            out.append(_one(await _admitted(pool, tasks[name]), tasks[name], i, hold, held or "0", model))
+            hold = await seed.hold(pool, tasks[name], held) if held else None
+            out.append(_one(await seed.admitted(pool, tasks[name]), tasks[name], i, hold, held or "0", model))
     rows = await pool.fetch(sql.statement("settle_usage_batch"), *(
         [getattr(i, f) for i in items] for f in UsageSettlement.__slots__))
     assert [(r["n"], r["locked"], r["first"]) for r in rows] == [(n, True, True) for n in range(1, 5)]
@@ -129,8 +110,8 @@ async def test_a_batch_writes_what_one_settlement_at_a_time_writes_duplicates_in
 
 
 async def test_once_per_admission_and_a_missing_task(pool):
-    task_id = await _task(pool)
-    key = await _admitted(pool, task_id)
+    task_id = await seed.task(pool, "sb")
+    key = await seed.admitted(pool, task_id)
     item = _one(key, task_id, 0)
     assert await settlements.settle_usage(pool, item) is True
     assert await settlements.settle_usage(pool, item) is True  # landed before: nothing written again
@@ -139,7 +120,7 @@ async def test_once_per_admission_and_a_missing_task(pool):
     assert await settlements.settle_usage(pool, pruned) is True
     assert (await _row(pool, task_id))[0][:2] == (20, 2)
     assert await settlements.settle_usage(pool, _one(commits.new_key(), "no-such-task", 0)) is False
-    twice = _one(await _admitted(pool, task_id), task_id, 0)  # one admission twice in a round: written once
+    twice = _one(await seed.admitted(pool, task_id), task_id, 0)  # one admission twice in a round: written once
     rows = await pool.fetch(sql.statement("settle_usage_batch"), *(
         [getattr(i, f) for i in (twice, twice)] for f in UsageSettlement.__slots__))
     assert [(r["locked"], r["first"]) for r in rows] == [(True, True), (True, True)]
@@ -147,8 +128,8 @@ async def test_once_per_admission_and_a_missing_task(pool):
 
 
 async def test_one_failing_row_does_not_fail_the_others(pool):
-    tasks = [await _task(pool) for _ in range(4)]
-    items = [_one(await _admitted(pool, t), t, 0) for t in tasks]
+    tasks = [await seed.task(pool, "sb") for _ in range(4)]
+    items = [_one(await seed.admitted(pool, t), t, 0) for t in tasks]
     big = 2 ** 63 - 1  # the task's input tokens would pass bigint: that settlement alone fails
     items[2] = UsageSettlement(items[2].key, tasks[2], big, 0, Decimal(0), Decimal(0), None, None)
     await pool.execute("UPDATE tasks SET input_tokens = 1 WHERE id = $1", tasks[2])
@@ -192,7 +173,7 @@ asyncio.run(main(sys.argv[1], sys.argv[2].split(","), int(sys.argv[3])))
 async def test_exact_across_processes(pool, database_url):
     """Two processes settle 300 responses each on the same five tasks at once: every
     token counted once, each task's spend row counts every request, no deadlock."""
-    tasks = [await _task(pool) for _ in range(5)]
+    tasks = [await seed.task(pool, "sb") for _ in range(5)]
     procs = [await asyncio.create_subprocess_exec(sys.executable, "-c", _PROCESS, database_url, ",".join(tasks), "300",
                                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
     outs = [await p.communicate() for p in procs]

@@ -6,27 +6,14 @@ backend is terminated with pg_terminate_backend while it waits for a task's row 
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import asyncpg
 
-from app.db import commits
 from app.db.retry import backlog
 from app.settings import Settings
 from app.settlement import exchange
 from app.wire.base import ResponseSummary, Usage
-
-
-async def _task(pool: asyncpg.Pool) -> str:
-    task_id = f"lr-{uuid.uuid4().hex[:10]}"
-    await pool.execute("INSERT INTO tasks (id, token_hash, request_limit) VALUES ($1, $1, 100)", task_id)
-    return task_id
-
-
-async def _admitted(pool: asyncpg.Pool, task_id: str) -> uuid.UUID:
-    key = commits.new_key()
-    await pool.execute("INSERT INTO admissions (key, task_id) VALUES ($1, $2)", key, task_id)
-    return key
+from tests import settlement_rows as seed
 
 
 async def _round_backend(pool: asyncpg.Pool, task_id: str) -> int:
@@ -43,8 +30,8 @@ async def _round_backend(pool: asyncpg.Pool, task_id: str) -> int:
 
 async def test_a_round_killed_mid_statement_leaves_its_settlements_to_the_backlog_and_lands_once(pool, database_url):
     settings = Settings(database_url=database_url, accounting_retry_s=30)
-    tasks = [await _task(pool) for _ in range(2)]
-    keys = [await _admitted(pool, t) for t in tasks]
+    tasks = [await seed.task(pool, "lr") for _ in range(2)]
+    keys = [await seed.admitted(pool, t) for t in tasks]
     recovered, dropped = backlog.recovered, backlog.dropped
     holder = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://", 1))
     try:
@@ -91,8 +78,8 @@ async def test_a_round_chosen_as_a_deadlock_victim_leaves_its_settlement_to_the_
     Here the other side holds the admission's row and then asks for the task's lock, with
     a longer deadlock_timeout so the round is the one rolled back."""
     settings = Settings(database_url=database_url, accounting_retry_s=30)
-    task_id = await _task(pool)
-    key = await _admitted(pool, task_id)
+    task_id = await seed.task(pool, "lr")
+    key = await seed.admitted(pool, task_id)
     recovered, dropped = backlog.recovered, backlog.dropped
     other = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://", 1))
     try:
