@@ -190,3 +190,36 @@ async def test_exact_across_processes(pool, database_url):
 def _no_stale_batchers():
     yield
     settlements._batchers.clear()
+
+
+async def test_a_round_is_planned_once_per_session_and_finds_its_rows_by_key(pool, database_url):
+    """The round's statement runs the plan PostgreSQL made for the session (generic: the
+    arrays appear as parameters, not as the round's values), also after the five rounds
+    PostgreSQL plans for their values first; re-planned each round it cost more than it
+    ran (migration 0023). That plan reads tasks and admissions through their keys, at 200
+    tasks too, where a plan for ten rows would read the whole table."""
+    await pool.execute("INSERT INTO tasks (id, token_hash, request_limit)"
+                       " SELECT 'plan-' || n, 'plan-' || n, 100 FROM generate_series(1, 200) AS n")
+    await pool.execute("ANALYZE tasks")
+    notes: list[str] = []
+    conn = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://", 1))
+    try:
+        await conn.execute("LOAD 'auto_explain'")
+        await conn.execute("SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on;"
+                           " SET auto_explain.log_level = notice")
+        conn.add_log_listener(lambda _conn, message: notes.append(message.message))
+        for n in range(1, 8):
+            task_id = f"plan-{n}"
+            item = _one(await seed.admitted(pool, task_id), task_id, n, None, "0", "m")
+            notes.clear()
+            rows = await conn.fetch(sql.statement("settle_usage_batch"), *(
+                [getattr(item, f)] for f in UsageSettlement.__slots__))
+            assert [(r["locked"], r["first"]) for r in rows] == [(True, True)]
+    finally:
+        await conn.close()
+    plan = "\n".join(note for note in notes if "Query Text: WITH input AS" in note)
+    assert plan, notes
+    assert "= ANY ($" in plan and "plan-7" not in plan, plan  # generic
+    config = await pool.fetchval("SELECT proconfig FROM pg_proc WHERE proname = 'taskgate_settle_usage_batch'")
+    assert "plan_cache_mode=force_generic_plan" in config, config  # not left to the plan cache's guess
+    assert "Seq Scan on tasks" not in plan and "Seq Scan on admissions" not in plan, plan

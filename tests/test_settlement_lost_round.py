@@ -20,8 +20,9 @@ async def _round_backend(pool: asyncpg.Pool, task_id: str) -> int:
     """The backend running the settlement round that waits for ``task_id``'s row lock."""
     for _ in range(200):
         pid = await pool.fetchval(
-            "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%unnest(%'"
-            " AND query LIKE '%settled_at%' AND pid <> pg_backend_pid() ORDER BY query_start DESC LIMIT 1")
+            "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND query LIKE '%taskgate_settle_usage_batch(%' AND pid <> pg_backend_pid()"
+            " ORDER BY query_start DESC LIMIT 1")
         if pid is not None:
             return int(pid)
         await asyncio.sleep(0.02)

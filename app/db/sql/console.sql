@@ -19,7 +19,7 @@ SELECT r.* FROM unnest($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5
                        $12::float8[], $13::text[])
        AS r(task_id, finished_at, endpoint, model, provider, status, outcome, stream, input_tokens,
             output_tokens, cost_usd, duration_ms, request_id)
-WHERE EXISTS (SELECT 1 FROM tasks t WHERE t.id = r.task_id)
+  JOIN (SELECT id FROM tasks WHERE id = ANY ($1::text[])) AS t ON t.id = r.task_id
  ORDER BY r.task_id, r.finished_at;
 
 -- name: request_log_purge

@@ -1,66 +1,9 @@
--- Settlements of many admissions in one statement (app.db.batch, issue 39): what
--- app.db.commits.settling + ledger_add_usage write for one response without tool calls,
--- budget windows or a judged answer, for every response of a batch at once.
---
--- Each input row is one admission's settlement. The tasks are locked first, in id order
--- (the order app/db/sql/admission.sql's holds_lock_tasks and every other statement that
--- locks several tasks takes), so two batches never wait on each other in a circle; each
--- task is settled under its row lock as its own statement would be. A task appearing more
--- than once in a batch is updated once with the sum of its rows (usage and dollars only
--- add up: no admission rule here), its spend_daily row once per model with its count; an
--- admission key twice in a batch is written once.
+-- Settlements of many admissions in one statement (app.db.settlements, issue 39): the
+-- round's arrays into taskgate_settle_usage_batch (app/db/sql/functions/), which says what
+-- it writes, in which order it locks, and why it is a function.
 
 -- name: settle_usage_batch
 -- $1 admission keys (uuid[]), $2 task ids, $3 input and $4 output tokens, $5 dollars
--- settled, $6 dollars released from hold $7 (bigint[], NULL: none), $8 models (NULL: not
--- an admitted request's spend). Per input row (n, 1-based): locked (its task exists and
--- was settled or found settled under its lock), first (true: written now; false: an
--- earlier settlement of that admission had committed, nothing written; NULL: the admission
--- is not in the log, written unmarked). Its own relaxed transaction.
-WITH input AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::numeric[], $6::numeric[],
-                         $7::bigint[], $8::text[])
-      WITH ORDINALITY AS i(key, task_id, input_tokens, output_tokens, cost_usd, release_usd, reservation_id,
-                           model, n)),
-locked AS (
-    SELECT t.id, t.budget_id FROM tasks t WHERE t.id IN (SELECT task_id FROM input) ORDER BY t.id FOR UPDATE),
-marked AS (
-    UPDATE admissions a SET settled_at = coalesce(a.settled_at, now())
-      FROM input JOIN locked ON locked.id = input.task_id
-     WHERE a.key = input.key
-    RETURNING a.key, a.settled_at = now() AS first),
-go AS (
-    SELECT DISTINCT ON (input.key) input.*, locked.budget_id FROM input JOIN locked ON locked.id = input.task_id
-      LEFT JOIN marked ON marked.key = input.key
-     WHERE marked.first IS NOT FALSE
-     ORDER BY input.key, input.n),
-held AS (DELETE FROM reservations r USING go WHERE r.id = go.reservation_id RETURNING r.id),
-per_task AS (
-    SELECT go.task_id, sum(go.input_tokens) AS input_tokens, sum(go.output_tokens) AS output_tokens,
-           sum(go.cost_usd) AS cost_usd,
-           sum(CASE WHEN go.reservation_id IS NULL OR held.id IS NOT NULL THEN go.release_usd ELSE 0 END)
-               AS release_usd
-      FROM go LEFT JOIN held ON held.id = go.reservation_id
-     GROUP BY go.task_id),
-task AS (
-    UPDATE tasks SET input_tokens = tasks.input_tokens + p.input_tokens,
-           output_tokens = tasks.output_tokens + p.output_tokens,
-           cost_usd = tasks.cost_usd + p.cost_usd, updated_at = now(),
-           reserved_usd = tasks.reserved_usd - p.release_usd
-      FROM per_task p,
-           (SELECT set_config('synchronous_commit', CASE WHEN current_setting('synchronous_standby_names') = ''
-                              THEN 'off' ELSE current_setting('synchronous_commit') END, true)) AS relaxed_commit
-     WHERE tasks.id = p.task_id
-    RETURNING tasks.id),
-spent AS (
-    INSERT INTO spend_daily AS s (day, task_id, model, budget_id, requests, input_tokens, output_tokens, cost_usd)
-    SELECT (now() AT TIME ZONE 'UTC')::date, go.task_id, go.model, go.budget_id, count(*), sum(go.input_tokens),
-           sum(go.output_tokens), sum(go.cost_usd)
-      FROM go WHERE go.model IS NOT NULL
-     GROUP BY go.task_id, go.model, go.budget_id
-    ON CONFLICT (day, task_id, model) DO UPDATE SET requests = s.requests + EXCLUDED.requests,
-       input_tokens = s.input_tokens + EXCLUDED.input_tokens, output_tokens = s.output_tokens + EXCLUDED.output_tokens,
-       cost_usd = s.cost_usd + EXCLUDED.cost_usd)
-SELECT input.n, locked.id IS NOT NULL AS locked, marked.first
-  FROM input LEFT JOIN locked ON locked.id = input.task_id LEFT JOIN marked ON marked.key = input.key
- ORDER BY input.n;
+-- settled, $6 dollars released from hold $7 (bigint[], NULL: none), $8 models. One row per
+-- input row, in order: n (1-based), locked, first.
+SELECT n, locked, first FROM taskgate_settle_usage_batch($1, $2, $3, $4, $5, $6, $7, $8);
