@@ -29,6 +29,15 @@ def test_preview_is_canonical_masked_and_cut():
     assert argument_preview("", 10) == "{}"
 
 
+def test_arguments_nested_deeper_than_json_loads_goes_preview_as_text():
+    """A model may write any text as arguments: nesting past the parser's recursion limit
+    previews as the raw text (what the arguments hash covers then), not a RecursionError
+    (found by tests/test_guard_text_fuzz.py)."""
+    deep = "[" * 5_000 + "sk-abcdefghijklmnopqrstuvwx"
+    assert argument_preview(deep, 30) == "[" * 30 + "…"
+    assert argument_preview("[" * 20 + "sk-abcdefghijklmnopqrstuvwx", 100) == "[" * 20 + MASK
+
+
 @pytest.mark.parametrize("chars", [0, 40])
 def test_the_ledger_keeps_a_preview_only_when_asked(database_url, upstream, chars):
     gw = GatewayProcess(database_url, upstream.base_url, TASKGATE_LEDGER_ARGUMENT_PREVIEW=str(chars))

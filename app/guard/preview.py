@@ -52,7 +52,7 @@ def argument_preview(arguments: Any, chars: int) -> str | None:
     if isinstance(arguments, str):
         try:
             value = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):  # nested deeper than json.loads goes: the raw text, as the hash
             text = SECRET_TEXT.sub(MASK, arguments)
             return text if len(text) <= chars else text[:chars] + "…"
     try:
