@@ -20,8 +20,8 @@
 -- force_generic_plan). As a prepared statement PostgreSQL planned it again for every
 -- round: the custom plan, which sees the arrays' lengths, always looked cheaper than the
 -- generic one (estimated for 10 rows), and planning its eight parts cost more than
--- running them (one round of one settlement: ~740 µs of PostgreSQL CPU, ~290 µs planned
--- once; of five, ~170 -> ~75 µs a settlement). The tasks and admissions are found by
+-- running them (a round of one settlement: 620-840 µs of PostgreSQL CPU, 280-330 µs
+-- planned once; of five, 190-310 -> 80-100 µs a settlement). The tasks and admissions are found by
 -- their keys (= ANY) so the generic plan reads their indexes at any table size.
 -- Since 0023.
 CREATE OR REPLACE FUNCTION taskgate_settle_usage_batch(
