@@ -5,6 +5,7 @@ exact across processes (app.db.batch, app.db.settlements)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import sys
 import uuid
@@ -113,13 +114,13 @@ async def test_once_per_admission_and_a_missing_task(pool):
     task_id = await seed.task(pool, "sb")
     key = await seed.admitted(pool, task_id)
     item = _one(key, task_id, 0)
-    assert await settlements.settle_usage(pool, item) is True
-    assert await settlements.settle_usage(pool, item) is True  # landed before: nothing written again
+    assert (await settlements.settle_usage(pool, item)).locked is True
+    assert (await settlements.settle_usage(pool, item)).locked is True  # landed before: nothing written again
     assert (await _row(pool, task_id))[0][:2] == (10, 1)
     pruned = _one(commits.new_key(), task_id, 0)  # not in the log: written, unmarked
-    assert await settlements.settle_usage(pool, pruned) is True
+    assert (await settlements.settle_usage(pool, pruned)).locked is True
     assert (await _row(pool, task_id))[0][:2] == (20, 2)
-    assert await settlements.settle_usage(pool, _one(commits.new_key(), "no-such-task", 0)) is False
+    assert (await settlements.settle_usage(pool, _one(commits.new_key(), "no-such-task", 0))).locked is False
     twice = _one(await seed.admitted(pool, task_id), task_id, 0)  # one admission twice in a round: written once
     rows = await pool.fetch(sql.statement("settle_usage_batch"), *(
         [getattr(i, f) for i in (twice, twice)] for f in UsageSettlement.__slots__))
@@ -138,13 +139,94 @@ async def test_one_failing_row_does_not_fail_the_others(pool):
     first = asyncio.create_task(settlements.settle_usage(pool, items[0]))  # goes alone; the rest queue
     await asyncio.sleep(0.001)
     others = [asyncio.create_task(settlements.settle_usage(pool, i)) for i in items[1:]]
-    assert await first is True
+    assert (await first).locked is True
     done = await asyncio.gather(*others, return_exceptions=True)
-    assert done[0] is True and done[2] is True
+    assert done[0].locked is True and done[2].locked is True
     assert isinstance(done[1], asyncpg.NumericValueOutOfRangeError)
     assert batcher.rounds > rounds + 1
     for t, expected in zip(tasks, (10, 10, 1, 10)):
         assert (await _row(pool, t))[0][0] == expected
+
+
+async def test_items_of_one_key_go_in_separate_rounds_in_order():
+    rounds: list[list[str]] = []
+    gate = asyncio.Event()
+
+    async def run(items):
+        rounds.append(list(items))
+        await gate.wait()
+        return list(items)
+
+    batcher: Batcher[str, str] = Batcher(run, lanes=1, max_items=3, distinct=lambda s: s[0] if s[0] != "-" else None)
+    calls = [asyncio.create_task(batcher.submit("x0"))]
+    await asyncio.sleep(0.01)
+    calls += [asyncio.create_task(batcher.submit(s)) for s in ("a1", "a2", "-1", "-2", "b1", "a3")]
+    await asyncio.sleep(0.01)
+    gate.set()
+    await asyncio.gather(*calls)
+    assert rounds == [["x0"], ["a1", "-1", "-2"], ["a2", "b1"], ["a3"]]  # oldest first, one "a" a round
+
+
+def _answer(item: UsageSettlement, conversation: str, text: str, repeats: bool = True) -> UsageSettlement:
+    return dataclasses.replace(item, conversation_key=conversation, text_sha256=text, answer_repeats=repeats)
+
+
+async def test_judged_answers_in_a_round_write_what_ledger_add_answer_writes(pool):
+    """Answers on twin tasks: in one round per step (two conversations of a task and one
+    of another, with plain usage beside them) and one statement at a time through
+    ledger_add_answer; the same counters, spend and runs of identical answers."""
+    batched = [await seed.task(pool, "sa") for _ in range(2)]
+    single = [await seed.task(pool, "sa") for _ in range(2)]
+    steps = [[(0, "c1", "h1", True), (0, "c2", "h9", True), (1, "c1", "h1", True), (0, None, None, False)],
+             [(0, "c1", "h1", True), (0, "c2", "h8", True), (1, "c1", "h1", False)],
+             [(0, "c1", "h1", True), (1, "c1", "h2", True)]]
+    await pool.execute("UPDATE tasks SET status = 'stopped' WHERE id = $1", batched[1])
+    await pool.execute("UPDATE tasks SET status = 'stopped' WHERE id = $1", single[1])
+    answered: list[tuple[object, ...]] = []
+    for step in steps:
+        items = []
+        for i, (t, conversation, text, repeats) in enumerate(step):
+            for tasks in (batched, single):
+                item = _one(await seed.admitted(pool, tasks[t]), tasks[t], i)
+                item = _answer(item, conversation, text, repeats) if conversation else item
+                if tasks is batched:
+                    items.append(item)
+                    continue
+                args = (item.task_id, item.input_tokens, item.output_tokens, item.cost_usd, item.release_usd,
+                        item.reservation_id)
+                if conversation:
+                    row = await pool.fetchrow(sql.statement("ledger_add_answer"), *args, conversation, text, repeats,
+                                              item.model, item.key)
+                    answered.append((row["status"], row["answer_streak"]))
+                else:
+                    await pool.execute(sql.statement("ledger_add_usage"), *args, item.model, item.key)
+        rows = await pool.fetch(sql.statement("settle_usage_batch"), *(
+            [getattr(i, f) for i in items] for f in UsageSettlement.__slots__))
+        assert all(r["locked"] and r["first"] for r in rows)
+        assert [(r["status"], r["answer_streak"]) for r in rows if r["answer_streak"] is not None] == answered
+        assert all(r["loop_guard"] == {} for r in rows if r["answer_streak"] is not None)
+        assert [r["status"] for r in rows if r["answer_streak"] is None] == [None] * (len(rows) - len(answered))
+        answered.clear()
+    for b, s in zip(batched, single):
+        assert await _row(pool, b) == await _row(pool, s)
+        conversations = "SELECT conversation_key, response_hash, response_streak FROM conversations" \
+                        " WHERE task_id = $1 ORDER BY conversation_key"
+        assert [tuple(r) for r in await pool.fetch(conversations, b)] == \
+               [tuple(r) for r in await pool.fetch(conversations, s)]
+    streaks = {r[0]: r[2] for r in await pool.fetch(conversations, batched[0])}
+    assert streaks == {"c1": 3, "c2": 1}
+
+
+async def test_two_answers_of_one_conversation_in_flight_are_both_counted(pool):
+    """Settled at once, the second answer of a conversation waits for the next round (a
+    statement may update its row once): the run counts both."""
+    task_id = await seed.task(pool, "sa")
+    items = [_answer(_one(await seed.admitted(pool, task_id), task_id, i), "c", "h") for i in range(4)]
+    sent = settlements.batcher(pool).items
+    done = await asyncio.gather(*(settlements.settle_usage(pool, i) for i in items))
+    assert settlements.batcher(pool).items - sent == 4  # none in a round that failed and was sent again
+    assert sorted(d.answer_streak for d in done) == [1, 2, 3, 4]
+    assert all(d.status == "active" for d in done)
 
 
 _PROCESS = """
@@ -161,7 +243,7 @@ async def main(url, tasks, n):
         key = commits.new_key()
         await pool.execute("INSERT INTO admissions (key, task_id) VALUES ($1, $2)", key, task_id)
         item = settlements.UsageSettlement(key, task_id, 3, 2, Decimal("0.001"), Decimal(0), None, "m")
-        assert await settlements.settle_usage(pool, item)
+        assert (await settlements.settle_usage(pool, item)).locked
     await asyncio.gather(*(one(i) for i in range(n)))
     print(settlements.batcher(pool).rounds, settlements.batcher(pool).items)
     await pool.close()

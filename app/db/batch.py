@@ -5,7 +5,9 @@ function in rounds: an item that arrives while a lane is free goes at once, alon
 wait added when the gateway is idle); items that arrive while every lane has a
 statement in flight queue, and the next lane to finish sends them together (at most
 ``max_items``). ``run`` sends one statement for the whole round (arrays in, one result
-per item out, in order).
+per item out, in order). With ``distinct``, a round holds at most one item of each key it
+gives (``None``: no key): a later item of a key already in the round waits for the next
+(a statement may not update one row twice).
 
 Failure, as each caller's own statement would have failed: a round whose statement
 raises a lost-connection error (:func:`app.db.errors.database_unreachable`) fails every
@@ -17,7 +19,7 @@ items sends each item again alone, so only the item that fails gets its error.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
 from app.db.errors import database_unreachable
@@ -28,11 +30,12 @@ Result = TypeVar("Result")
 
 class Batcher(Generic[Item, Result]):
     """Rounds of items into one call of ``run`` (``lanes`` rounds in flight at most,
-    ``max_items`` items each). Belongs to the event loop it is first used on."""
+    ``max_items`` items each, one of each ``distinct`` key). Belongs to the event loop it
+    is first used on."""
 
     def __init__(self, run: Callable[[Sequence[Item]], Awaitable[Sequence[Result]]], *, lanes: int = 2,
-                 max_items: int = 64) -> None:
-        self._run, self._lanes, self._max = run, lanes, max_items
+                 max_items: int = 64, distinct: Callable[[Item], Hashable | None] | None = None) -> None:
+        self._run, self._lanes, self._max, self._distinct = run, lanes, max_items, distinct
         self._pending: list[tuple[Item, asyncio.Future[Result]]] = []
         self._running = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -57,11 +60,27 @@ class Batcher(Generic[Item, Result]):
     async def _drain(self) -> None:
         try:
             while self._pending:
-                round_ = self._pending[:self._max]
-                del self._pending[:self._max]
-                await self._send(round_)
+                await self._send(self._take())
         finally:
             self._running -= 1
+
+    def _take(self) -> list[tuple[Item, asyncio.Future[Result]]]:
+        """The next round, out of the queue: the oldest items, at most ``max_items``, one
+        of each ``distinct`` key."""
+        if self._distinct is None:
+            round_ = self._pending[:self._max]
+            del self._pending[:self._max]
+            return round_
+        round_, rest, keys = [], [], set()
+        for entry in self._pending:
+            key = self._distinct(entry[0])
+            if len(round_) < self._max and (key is None or key not in keys):
+                round_.append(entry)
+                keys.add(key)
+            else:
+                rest.append(entry)
+        self._pending = rest
+        return round_
 
     async def _send(self, round_: list[tuple[Item, asyncio.Future[Result]]]) -> None:
         self.rounds += 1

@@ -25,9 +25,9 @@ they are written, with its usage:
 Both in one unit of work that runs once per admission (:func:`app.db.commits.settling`):
 retried after a lost commit, it writes nothing again when the first one landed. Without
 budget windows settled apart the unit is one statement, which marks the admission
-settled itself (an agent turn's answer: 1 round trip, was 4), or a round of
-:mod:`app.db.settlements`' batcher (usage alone). A database that cannot be reached leaves
-the unit to the backlog (:func:`retried`). Nothing is refunded.
+settled itself (a response's tool calls: 1 round trip, was 4), or a round of
+:mod:`app.db.settlements`' batcher (usage, and a text answer the loop guard judges). A
+database that cannot be reached leaves the unit to the backlog (:func:`retried`). Nothing is refunded.
 """
 
 from __future__ import annotations
@@ -50,9 +50,10 @@ from app.db import commits, settlements, sql
 from app.db import tasks as task_rows
 from app.db.errors import write_again
 from app.db.retry import backlog
+from app.guard.conversation_rules import answer_repeats
 from app.guard.detector import Verdict
 from app.settings import Settings
-from app.settlement.response import LatchPending, record_response
+from app.settlement.response import LatchPending, judge_answer, latch_recorded, record_response
 from app.wire.base import ResponseSummary, Usage
 
 # The statements: app/db/sql/budgets.sql (budget_*).
@@ -117,12 +118,41 @@ async def settle(pool: asyncpg.Pool, settings: Settings, task_id: str, conversat
         async with pool.acquire() as conn, conn.transaction():
             await task_rows.set_latch(conn, task_id, reason, detail, request_id=request_id)
 
-    batched = None  # only usage and dollars on the task: in one statement with others' (app.db.settlements)
-    if admission_key is not None and not budget_windows and not summary.tool_calls and summary.text_sha256 is None:
+    async def latch_again(stop: Verdict) -> None:
+        """A stop whose latch failed after its response was recorded: latched on its own
+        (retried like any write), never by recording the response twice."""
+        nonlocal verdict
+        reason, detail = stop.reason or "stopped", dict(stop.detail)
+        verdict = None
+        await retried(lambda: latch(reason, detail), f"the {reason} stop of task {task_id}", retry_s)
+
+    batched = None  # usage, dollars and a judged answer: in one statement with others' (app.db.settlements)
+    if admission_key is not None and not budget_windows and not summary.tool_calls:
+        text_sha256 = summary.text_sha256 if settings.loop_guard_enabled else None
         batched = settlements.UsageSettlement(
             admission_key, task_id, usage.input_tokens if usage else 0, usage.output_tokens if usage else 0,
             settlement.cost_usd if settlement else Decimal(0), settlement.release_usd if settlement else Decimal(0),
-            reservation_id, (model or "") if counted else None)
+            reservation_id, (model or "") if counted else None, conversation_key if text_sha256 else None,
+            text_sha256, text_sha256 is not None and answer_repeats(seen_answer_sha256, text_sha256))
+
+    async def on_batch(item: settlements.UsageSettlement) -> bool:
+        """The response's record in a round of the batcher; ``False``: its task is not
+        there (nothing written). A judged answer written now is judged, and latched."""
+        nonlocal verdict
+        settled = await settlements.settle_usage(pool, item)
+        if settled.status is None or settled.answer_streak is None or item.text_sha256 is None:
+            return settled.locked
+        judged = judge_answer(settled.status, settled.loop_guard, settled.answer_streak, settings, conversation_key,
+                              item.text_sha256)
+        if judged is not None:
+            verdict, latches = judged
+            if latches:
+                try:
+                    async with pool.acquire() as conn:
+                        await latch_recorded(conn, task_id, verdict, request_id)
+                except LatchPending as pending:
+                    await latch_again(pending.verdict)
+        return True
 
     async def on_task(key: uuid.UUID | None) -> None:
         """The response's record on its task (marked settled in its own statement when
@@ -134,9 +164,7 @@ async def settle(pool: asyncpg.Pool, settings: Settings, task_id: str, conversat
                                             reservation_id=reservation_id, budget_window=in_window,
                                             model=(model or "") if counted else None, admission_key=key)
         except LatchPending as pending:
-            reason, detail = pending.verdict.reason or "stopped", dict(pending.verdict.detail)
-            verdict = None
-            await retried(lambda: latch(reason, detail), f"the {reason} stop of task {task_id}", retry_s)
+            await latch_again(pending.verdict)
 
     async def record() -> None:
         """The budget windows' settlement, then the response's record, once per
@@ -145,7 +173,7 @@ async def settle(pool: asyncpg.Pool, settings: Settings, task_id: str, conversat
         admission first (app.db.commits.settling); else the response's one statement
         carries the mark (``marked`` in app/db/sql/ledger.sql: no BEGIN, mark, COMMIT
         round trips), or a round of the batcher does (app.db.settlements)."""
-        if batched is not None and await settlements.settle_usage(pool, batched):
+        if batched is not None and await on_batch(batched):
             return
         if not in_budgets:
             if recorded:

@@ -152,7 +152,7 @@ async def record_response(pool: asyncpg.Pool, task_id: str, conversation_key: st
         verdict = judge(history, policy, conversation_key, policy.normalizer, task_tool_calls=task.tool_calls,
                         conversation_tool_calls=row["response_conversation_calls"])
         if verdict.action is Action.STOP and task.active:
-            await _latch_recorded(conn, task_id, verdict, request_id)
+            await latch_recorded(conn, task_id, verdict, request_id)
         return verdict
 
 
@@ -204,20 +204,35 @@ async def _record_answer(conn: asyncpg.Connection, task_id: str, conversation_ke
     if row is None or not _first(row, admission_key) or row["status"] is None:  # settled before, or no such task
         return None
     _report_settled(row)
-    streak, loop_guard = row["answer_streak"], LoopGuard.from_json(row["loop_guard"])
-    stop = repeated_response(streak, response_repeats(loop_guard, settings))
+    judged = judge_answer(row["status"], row["loop_guard"], row["answer_streak"], settings, conversation_key,
+                          text_sha256)
+    if judged is None:
+        return None
+    verdict, latches = judged
+    if latches:
+        await latch_recorded(conn, task_id, verdict, request_id)
+    return verdict
+
+
+def judge_answer(status: str, loop_guard: Mapping[str, Any] | None, streak: int, settings: Settings,
+                 conversation_key: str, text_sha256: str) -> tuple[Verdict, bool] | None:
+    """The ``repeated_response`` stop of a text answer just recorded on its task (its
+    ``status`` and ``loop_guard`` JSON object as recorded; ``streak``: the conversation's
+    run of identical answers, this one included) and whether it latches the task now
+    (the task active and the rule's action ``latch``; else the caller applies a
+    ``strike`` or ``warn``, :mod:`app.ledger.strikes`); ``None``: no stop."""
+    overrides = LoopGuard.from_json(loop_guard)
+    stop = repeated_response(streak, response_repeats(overrides, settings))
     if stop is None:
         return None
     reason, detail = stop
     verdict = Verdict(Action.STOP, reason, streak,
                       {**detail, "conversation_key": conversation_key, "text_sha256": text_sha256})
-    if row["status"] == "active" and rule_action(loop_guard, settings, reason) == "latch":  # else the caller's
-        await _latch_recorded(conn, task_id, verdict, request_id)
-    return verdict
+    return verdict, status == "active" and rule_action(overrides, settings, reason) == "latch"
 
 
-async def _latch_recorded(conn: asyncpg.Connection, task_id: str, verdict: Verdict, request_id: str | None) -> None:
-    """The stop latch for a response already recorded (committed), in a durable
+async def latch_recorded(conn: asyncpg.Connection, task_id: str, verdict: Verdict, request_id: str | None) -> None:
+    """``verdict``'s stop latch for a response already recorded (committed), in a durable
     transaction of its own (the first reason wins); :class:`LatchPending` when it fails."""
     try:
         async with conn.transaction():
