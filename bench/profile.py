@@ -4,7 +4,7 @@
 starts the fixed upstream, an embedded PostgreSQL and one gateway (as the suite
 does), runs the load, records the gateway with ``py-spy record`` and prints:
 
-- gateway CPU per request (psutil) and requests per second in the window;
+- gateway and PostgreSQL CPU per request (psutil) and requests per second in the window;
 - the share of the gateway's busy samples per category (admission, accounting,
   upstream call, stream relay parts, request parsing, ASGI stack, event loop) and
   that share converted to µs of CPU per request (or per relayed chunk);
@@ -233,10 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     done = out.get("completed") or 0
     proxy_cpu = (out.get("cpu_s") or {}).get("proxy", 0.0)
     per_req_us = proxy_cpu / done * 1e6 if done else float("nan")
+    pg_us = (out.get("cpu_s") or {}).get("postgres", float("nan")) / done * 1e6 if done else float("nan")
     events = out.get("events") or 0
     print(f"scenario {args.scenario}, c={args.concurrency}: {out.get('rps', 0):.0f} req/s, "
           f"gateway CPU {per_req_us:,.0f} µs per request"
           + (f", {proxy_cpu / events * 1e6:,.1f} µs per relayed chunk" if args.scenario == "stream" and events else "")
+          + f", PostgreSQL CPU {pg_us:,.0f} µs per request"
           + f", p50 {((out.get('latency_ms') or {}).get('p50') or float('nan')):.2f} ms")
     if args.perf:
         return print_perf(py_spy, raw, per_req_us)

@@ -72,8 +72,8 @@ async def test_settled_once_per_admission_in_one_statement(pool, settings, calls
 
 async def test_an_agent_turns_settlement_is_one_statement(database_url, settings):
     """The judged answer and the tool calls: one statement each on the wire (no BEGIN,
-    mark, COMMIT around it); the same through the unit of work was four. The answer's is
-    a round of the settlement batcher (app.db.settlements), alone here."""
+    mark, COMMIT around it); the same through the unit of work was four. The answer goes
+    through the settlement batcher (app.db.settlements): a round of one is its own statement."""
     pool = await create_pool(database_url, Settings(database_url=database_url, database_pool_size=1))
     sent: list[str] = []
     each: list[list[str]] = []
@@ -89,7 +89,7 @@ async def test_an_agent_turns_settlement_is_one_statement(database_url, settings
                          counted=True, seen_answer_sha256="ab" * 32)
             each.append(list(sent))
         answer, calls = each[2:]
-        assert len(answer) == 1 and "taskgate_settle_usage_batch(" in answer[0], answer
+        assert len(answer) == 1 and "marked AS (UPDATE admissions" in answer[0] and "answer AS" in answer[0], answer
         assert len(calls) == 1 and "marked AS (UPDATE admissions" in calls[0], calls
         assert "taskgate_record_response(" in calls[0]
     finally:

@@ -221,12 +221,16 @@ async def test_two_answers_of_one_conversation_in_flight_are_both_counted(pool):
     """Settled at once, the second answer of a conversation waits for the next round (a
     statement may update its row once): the run counts both."""
     task_id = await seed.task(pool, "sa")
-    items = [_answer(_one(await seed.admitted(pool, task_id), task_id, i), "c", "h") for i in range(4)]
-    sent = settlements.batcher(pool).items
+    conversations = [f"c{n % 3}" for n in range(9)]  # three answers of each of three, in turn
+    items = [_answer(_one(await seed.admitted(pool, task_id), task_id, i), c, "h") for i, c in enumerate(conversations)]
+    batcher = settlements.batcher(pool)
+    sent, rounds = batcher.items, batcher.rounds
     done = await asyncio.gather(*(settlements.settle_usage(pool, i) for i in items))
-    assert settlements.batcher(pool).items - sent == 4  # none in a round that failed and was sent again
-    assert sorted(d.answer_streak for d in done) == [1, 2, 3, 4]
-    assert all(d.status == "active" for d in done)
+    assert batcher.items - sent == 9  # none in a round that failed and was sent again
+    assert batcher.rounds - rounds < 9  # answers of different conversations went together
+    for c in ("c0", "c1", "c2"):
+        assert sorted(d.answer_streak for d, k in zip(done, conversations) if k == c) == [1, 2, 3]
+    assert all(d.status == "active" and d.loop_guard == {} for d in done)
 
 
 _PROCESS = """

@@ -254,7 +254,7 @@ def _ledger_compositions() -> dict[str, str]:
                " response_conversation_calls," + WINDOW_COLUMNS)
     return {
         "ledger_add_usage": (task.format(key=8).format(more="") + spent("task", model=7, input=2, output=3, cost=4)
-                             + f" SELECT {first}"),
+                             + f" SELECT {first}, EXISTS (SELECT FROM task) AS task_settled"),
         "ledger_add_usage_in_window": (
             task.format(key=10).format(more="") + spent("task", model=7, input=2, output=3, cost=4) + ", "
             + in_window.format(after="task", input=2, output=3, cost=4, window=8, start=9)

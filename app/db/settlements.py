@@ -10,6 +10,7 @@ instead: the settlements that arrive while one is in flight go together as
 ``settle_usage_batch`` (``app/db/sql/settlement_batch.sql``), one round trip and one
 relaxed commit for all of them, each task locked (in id order) and settled under its
 row lock, once per admission; a conversation's second answer waits for the next round.
+A round of one goes as the statement of one settlement (cheaper for one row).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ logger = logging.getLogger(__name__)
 
 #: Settle many admissions' usage at once (arrays in, one row per admission out).
 SETTLE_USAGE_BATCH = sql.statement("settle_usage_batch")
+#: A round of one: the statement of one settlement (app/db/sql/ledger.sql).
+ADD_USAGE = sql.statement("ledger_add_usage")
+ADD_ANSWER = sql.statement("ledger_add_answer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,8 @@ _batchers: weakref.WeakKeyDictionary[asyncpg.Pool, Batcher[UsageSettlement, Sett
 
 async def _run(pool: asyncpg.Pool, items: Sequence[UsageSettlement]) -> list[Settled]:
     async with pool.acquire() as conn:
+        if len(items) == 1:
+            return [await _alone(conn, items[0])]
         rows = await conn.fetch(
             SETTLE_USAGE_BATCH, [i.key for i in items], [i.task_id for i in items],
             [i.input_tokens for i in items], [i.output_tokens for i in items], [i.cost_usd for i in items],
@@ -82,6 +88,24 @@ async def _run(pool: asyncpg.Pool, items: Sequence[UsageSettlement]) -> list[Set
             [i.conversation_key for i in items], [i.text_sha256 for i in items], [i.answer_repeats for i in items])
     return [Settled(row["locked"], row["first"], row["status"], row["loop_guard"], row["answer_streak"])
             for row in rows]
+
+
+async def _alone(conn: asyncpg.Connection, item: UsageSettlement) -> Settled:
+    """A round of one, in the statement that settles one (``ledger_add_usage``,
+    ``ledger_add_answer``: ``app/db/sql/ledger.sql``): the same rows written, ~100 µs of
+    PostgreSQL CPU less than the round's function for one row (one connection: 140 against
+    240 µs, an answer's 170 against 260), which it costs once per round."""
+    common = (item.task_id, item.input_tokens, item.output_tokens, item.cost_usd, item.release_usd,
+              item.reservation_id)
+    if item.conversation_key is None:
+        row = await conn.fetchrow(ADD_USAGE, *common, item.model, item.key)
+        return Settled(row["task_settled"] or row["first_settlement"] is False, row["first_settlement"])
+    row = await conn.fetchrow(ADD_ANSWER, *common, item.conversation_key, item.text_sha256, item.answer_repeats,
+                              item.model, item.key)
+    first = row["first_settlement"]
+    if row["status"] is None:  # settled before (first False), or no such task
+        return Settled(first is False, first)
+    return Settled(True, first, row["status"], row["loop_guard"], row["answer_streak"])
 
 
 def _conversation(item: UsageSettlement) -> Hashable | None:

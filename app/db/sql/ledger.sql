@@ -51,7 +51,7 @@ UPDATE tasks SET tool_calls = tool_calls + $2, updated_at = now() WHERE id = $1 
 -- name: ledger_add_usage
 -- A response's usage ($2 input, $3 output tokens, $4 dollars settled, $5 released from the
 -- hold $6) and its spend (model $7), once per admission $8 (NULL: unmarked), its own relaxed
--- transaction. Returns first_settlement (see marked).
+-- transaction. Returns first_settlement (see marked) and task_settled (its task was updated).
 WITH marked AS (UPDATE admissions SET settled_at = coalesce(settled_at, now()) WHERE key = $8::uuid
     RETURNING settled_at = now() AS first),
 held AS (DELETE FROM reservations WHERE id = $6 AND (SELECT first FROM marked) IS NOT FALSE RETURNING id),
@@ -71,7 +71,7 @@ spent AS (
     ON CONFLICT (day, task_id, model) DO UPDATE SET requests = s.requests + 1,
        input_tokens = s.input_tokens + EXCLUDED.input_tokens, output_tokens = s.output_tokens + EXCLUDED.output_tokens,
        cost_usd = s.cost_usd + EXCLUDED.cost_usd)
-SELECT (SELECT first FROM marked) AS first_settlement;
+SELECT (SELECT first FROM marked) AS first_settlement, EXISTS (SELECT FROM task) AS task_settled;
 
 -- name: ledger_add_usage_in_window
 -- ledger_add_usage, and the usage into budget $8's window starting $9, once per admission
