@@ -91,7 +91,7 @@ async def test_a_batch_writes_what_one_settlement_at_a_time_writes_duplicates_in
         for tasks, out in ((batched, items), (single, alone)):
             hold = await seed.hold(pool, tasks[name], held) if held else None
             out.append(_one(await seed.admitted(pool, tasks[name]), tasks[name], i, hold, held or "0", model))
-    rows = await pool.fetch(sql.statement("settle_usage_batch"), *(
+    rows = await pool.fetch(sql.statement("settle_batch"), *(
         [getattr(i, f) for i in items] for f in UsageSettlement.__slots__))
     assert [(r["n"], r["locked"], r["first"]) for r in rows] == [(n, True, True) for n in range(1, 5)]
     for s in alone:
@@ -122,7 +122,7 @@ async def test_once_per_admission_and_a_missing_task(pool):
     assert (await _row(pool, task_id))[0][:2] == (20, 2)
     assert (await settlements.settle_usage(pool, _one(commits.new_key(), "no-such-task", 0))).locked is False
     twice = _one(await seed.admitted(pool, task_id), task_id, 0)  # one admission twice in a round: written once
-    rows = await pool.fetch(sql.statement("settle_usage_batch"), *(
+    rows = await pool.fetch(sql.statement("settle_batch"), *(
         [getattr(i, f) for i in (twice, twice)] for f in UsageSettlement.__slots__))
     assert [(r["locked"], r["first"]) for r in rows] == [(True, True), (True, True)]
     assert (await _row(pool, task_id))[0][:2] == (30, 3)
@@ -200,7 +200,7 @@ async def test_judged_answers_in_a_round_write_what_ledger_add_answer_writes(poo
                     answered.append((row["status"], row["answer_streak"]))
                 else:
                     await pool.execute(sql.statement("ledger_add_usage"), *args, item.model, item.key)
-        rows = await pool.fetch(sql.statement("settle_usage_batch"), *(
+        rows = await pool.fetch(sql.statement("settle_batch"), *(
             [getattr(i, f) for i in items] for f in UsageSettlement.__slots__))
         assert all(r["locked"] and r["first"] for r in rows)
         assert [(r["status"], r["answer_streak"]) for r in rows if r["answer_streak"] is not None] == answered
@@ -298,7 +298,7 @@ async def test_a_round_is_planned_once_per_session_and_finds_its_rows_by_key(poo
             task_id = f"plan-{n}"
             item = _one(await seed.admitted(pool, task_id), task_id, n, None, "0", "m")
             notes.clear()
-            rows = await conn.fetch(sql.statement("settle_usage_batch"), *(
+            rows = await conn.fetch(sql.statement("settle_batch"), *(
                 [getattr(item, f)] for f in UsageSettlement.__slots__))
             assert [(r["locked"], r["first"]) for r in rows] == [(True, True)]
     finally:
@@ -306,6 +306,6 @@ async def test_a_round_is_planned_once_per_session_and_finds_its_rows_by_key(poo
     plan = "\n".join(note for note in notes if "Query Text: WITH input AS" in note)
     assert plan, notes
     assert "= ANY ($" in plan and "plan-7" not in plan, plan  # generic
-    config = await pool.fetchval("SELECT proconfig FROM pg_proc WHERE proname = 'taskgate_settle_usage_batch'")
+    config = await pool.fetchval("SELECT proconfig FROM pg_proc WHERE proname = 'taskgate_settle_batch'")
     assert "plan_cache_mode=force_generic_plan" in config, config  # not left to the plan cache's guess
     assert "Seq Scan on tasks" not in plan and "Seq Scan on admissions" not in plan, plan

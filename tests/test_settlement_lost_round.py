@@ -21,7 +21,7 @@ async def _round_backend(pool: asyncpg.Pool, task_id: str) -> int:
     for _ in range(200):
         pid = await pool.fetchval(
             "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND (query LIKE '%taskgate_settle_usage_batch(%' OR query LIKE '%marked AS (UPDATE admissions%')"
+            " AND (query LIKE '%taskgate_settle_batch(%' OR query LIKE '%marked AS (UPDATE admissions%')"
             " AND pid <> pg_backend_pid()"
             " ORDER BY query_start DESC LIMIT 1")
         if pid is not None:

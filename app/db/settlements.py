@@ -7,7 +7,7 @@ hold, add its usage and dollars to its task, count it in the spend record), and
 answers too), is a statement of its own on a connection of its own.
 :func:`settle_usage` sends it through the pool's :class:`app.db.batch.Batcher`
 instead: the settlements that arrive while one is in flight go together as
-``settle_usage_batch`` (``app/db/sql/settlement_batch.sql``), one round trip and one
+``settle_batch`` (``app/db/sql/settlement_batch.sql``), one round trip and one
 relaxed commit for all of them, each task locked (in id order) and settled under its
 row lock, once per admission; a conversation's second answer waits for the next round.
 A round of one goes as the statement of one settlement (cheaper for one row).
@@ -31,7 +31,7 @@ from app.db.batch import Batcher
 logger = logging.getLogger(__name__)
 
 #: Settle many admissions' usage at once (arrays in, one row per admission out).
-SETTLE_USAGE_BATCH = sql.statement("settle_usage_batch")
+SETTLE_BATCH = sql.statement("settle_batch")
 #: A round of one: the statement of one settlement (app/db/sql/ledger.sql).
 ADD_USAGE = sql.statement("ledger_add_usage")
 ADD_ANSWER = sql.statement("ledger_add_answer")
@@ -82,7 +82,7 @@ async def _run(pool: asyncpg.Pool, items: Sequence[UsageSettlement]) -> list[Set
         if len(items) == 1:
             return [await _alone(conn, items[0])]
         rows = await conn.fetch(
-            SETTLE_USAGE_BATCH, [i.key for i in items], [i.task_id for i in items],
+            SETTLE_BATCH, [i.key for i in items], [i.task_id for i in items],
             [i.input_tokens for i in items], [i.output_tokens for i in items], [i.cost_usd for i in items],
             [i.release_usd for i in items], [i.reservation_id for i in items], [i.model for i in items],
             [i.conversation_key for i in items], [i.text_sha256 for i in items], [i.answer_repeats for i in items])

@@ -1,40 +1,41 @@
 -- Settlements of many admissions in one statement (app.db.settlements, issue 39): what
--- app.db.commits.settling + ledger_add_usage write for one response without tool calls or
--- budget windows, and ledger_add_answer for one with a judged text answer, for every
--- response of a round at once.
+-- ledger_add_usage writes for one response without tool calls or budget windows, and
+-- ledger_add_answer for one with a text answer the loop guard judges (each with its
+-- once-mark), for every response of a round of several at once (a round of one sends
+-- that statement instead: cheaper for one row).
 --
 -- Each input row is one admission's settlement: p_keys its admission key, p_task_ids its
 -- task, p_input_tokens and p_output_tokens, p_cost_usd dollars settled, p_release_usd
 -- dollars released from hold p_reservation_ids (NULL: none), p_models (NULL: not an
 -- admitted request's spend); a judged answer also p_conversation_keys (NULL: none), its
 -- p_text_sha256 and p_answer_repeats (whether it counts toward the conversation's run of
--- identical answers, ledger_add_answer's $9). The tasks are locked first, in id order (the order
--- app/db/sql/admission.sql's holds_lock_tasks and every other statement that locks
+-- identical answers: ledger_add_answer's $9). The tasks are locked first, in id order (the
+-- order app/db/sql/admission.sql's holds_lock_tasks and every other statement that locks
 -- several tasks takes), so two rounds never wait on each other in a circle; each task is
--- settled under its row lock as its own statement would be. A task appearing more than
--- once in a round is updated once with the sum of its rows (usage and dollars only add up:
--- no admission rule here), its spend_daily row once per model with its count; an
--- admission key twice in a round is written once; a conversation may have one answer in a
--- round (two would update its row twice: PostgreSQL refuses; the caller sends the second
--- in a round of its own), written after its task's row lock, the order admission takes.
--- Per input row (n, 1-based): locked (its
--- task exists and was settled or found settled under its lock), first (true: written now;
--- false: an earlier settlement of that admission had committed, nothing written; NULL: the
--- admission is not in the log, written unmarked); for a judged answer written now, what
--- the repeated_response rule reads (the task's status and loop_guard) and the
--- conversation's run of identical answers (answer_streak; else NULL). Its own relaxed
--- transaction.
+-- settled under its row lock as its own statement would be, its answers' conversation
+-- rows written after it (the order admission takes). A task appearing more than once in a
+-- round is updated once with the sum of its rows (usage and dollars only add up: no
+-- admission rule here), its spend_daily row once per model with its count; an admission
+-- key twice in a round is written once; a conversation has at most one answer in a round
+-- (a second would update its row twice, which PostgreSQL refuses: the caller sends it in
+-- the next round). Per input row (n, 1-based): locked (its task exists and was settled or
+-- found settled under its lock), first (true: written now; false: an earlier settlement of
+-- that admission had committed, nothing written; NULL: the admission is not in the log,
+-- written unmarked); for an answer written now, what the repeated_response rule reads (the
+-- task's status and loop_guard) and the conversation's run of identical answers
+-- (answer_streak); else NULL. Its own relaxed transaction.
 --
 -- A function for its plan: planned once per session (plan_cache_mode =
 -- force_generic_plan). As a prepared statement PostgreSQL planned it again for every
 -- round: the custom plan, which sees the arrays' lengths, always looked cheaper than the
--- generic one (estimated for 10 rows), and planning its eight parts cost more than
--- running them (a round of one settlement: 620-840 µs of PostgreSQL CPU, 280-330 µs
--- planned once; of five, 190-310 -> 80-100 µs a settlement). The tasks and admissions are found by
--- their keys (= ANY) so the generic plan reads their indexes at any table size.
--- Since 0023; the judged answers since 0024 (ledger_add_answer was a statement per answer:
--- ~200 µs of PostgreSQL CPU on a busy host, where a settlement in a round was 80-100).
-CREATE OR REPLACE FUNCTION taskgate_settle_usage_batch(
+-- generic one (estimated for 10 rows), and planning its parts cost more than running them
+-- (0023's taskgate_settle_usage_batch, a round of one: 620-840 µs of PostgreSQL CPU, 280-330
+-- planned once; of five, 190-310 -> 80-100 µs a settlement). The tasks and admissions are
+-- found by their keys (= ANY) so the generic plan reads their indexes at any table size.
+-- Since 0024 (taskgate_settle_usage_batch with the judged answers: ledger_add_answer was a
+-- statement per answer, 150-180 µs of PostgreSQL CPU on one connection, 80-100 µs a
+-- settlement in a round of four).
+CREATE OR REPLACE FUNCTION taskgate_settle_batch(
     p_keys uuid[], p_task_ids text[], p_input_tokens bigint[], p_output_tokens bigint[], p_cost_usd numeric[],
     p_release_usd numeric[], p_reservation_ids bigint[], p_models text[], p_conversation_keys text[],
     p_text_sha256 text[], p_answer_repeats boolean[])
