@@ -26,6 +26,9 @@ class Config:
     after the :mod:`bench.load` run, for the tail figure."""
     use_wrk: bool = True
     tool_turn_concurrencies: tuple[int, ...] = (1, 16)
+    tool_turn_conversations: tuple[str, ...] = ("new", "task")
+    """Agent turns each a new conversation's first (issue 39's definition of the target),
+    and all of a task's turns in one conversation (its window at the guard's cap)."""
     chunk_counts: tuple[int, int] = (50, 500)
     chunk_size: int = 16
     """Characters of content per streamed delta (an SSE event is about 170 bytes)."""

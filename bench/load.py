@@ -51,14 +51,17 @@ def chat_body(model: str, stream: bool) -> dict[str, Any]:
     return body
 
 
-def tool_turn_body(model: str, prefix: str, i: int) -> dict[str, Any]:
+def tool_turn_body(model: str, prefix: str, i: int, new_conversation: bool = False) -> dict[str, Any]:
     """An agent turn that carries a new tool result: the previous assistant turn
     called ``read_file`` (unique call id and arguments) and the tool answered. Takes
-    taskgate's locked admission path (ledger insert + loop-guard verdict)."""
+    taskgate's agent-turn admission path (ledger insert + loop-guard verdict). All turns
+    of a task share one conversation (its window grows to the guard's cap), unless
+    ``new_conversation``: the first user message names the request, so each turn is a
+    new conversation's first."""
     call_id = f"call_{prefix}_{i}"
     return {"model": model, "messages": [
         {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": USER},
+        {"role": "user", "content": f"{USER} (run {prefix}-{i})" if new_conversation else USER},
         {"role": "assistant", "content": None, "tool_calls": [{
             "id": call_id, "type": "function",
             "function": {"name": "read_file", "arguments": json.dumps({"path": f"src/{prefix}/{i}.py"})}}]},
@@ -80,7 +83,8 @@ def render_request(host: str, port: int, path: str, token: str, body: dict[str, 
 class Spec:
     """What to send and how. ``tokens`` are cycled per request. ``body`` is
     ``{"kind": "chat", "model": M, "stream": bool}`` or
-    ``{"kind": "tool_turn", "model": M, "prefix": P}`` (one unique body per request,
+    ``{"kind": "tool_turn", "model": M, "prefix": P, "conversation": "new"|"task"}``
+    (:func:`tool_turn_body`; "task" when absent; one unique body per request,
     so ``max_requests`` bounds the pool) or ``{"kind": "history", "model": M,
     "messages": N}`` (a resent agent history, :func:`bench.parsing.chat_history`)."""
 
@@ -113,7 +117,9 @@ class Spec:
         if kind == "tool_turn":
             n = self.max_requests + 10_000  # warm-up draws from the same pool
             return [render_request(self.host, self.port, self.path, self.tokens[i % len(self.tokens)],
-                                   tool_turn_body(model, self.body["prefix"], i), self.headers) for i in range(n)]
+                                   tool_turn_body(model, self.body["prefix"], i,
+                                                  self.body.get("conversation") == "new"), self.headers)
+                    for i in range(n)]
         if kind == "history":
             from bench.parsing import chat_history
 

@@ -172,6 +172,8 @@ def analyse(raw: Path, pid_main_marker: str = "Runner.run") -> tuple[Counter, Co
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", choices=("nonstream", "stream", "tool_turn"), default="nonstream")
+    parser.add_argument("--conversation", choices=("task", "new"), default="task",
+                        help="tool_turn: all of a task's turns one conversation, or each turn a new one")
     parser.add_argument("-c", "--concurrency", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=10.0, help="sampling time (s)")
     parser.add_argument("--chunks", type=int, default=500, help="stream scenario: chunks per stream")
@@ -193,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario == "stream":
         body = {"kind": "chat", "model": model_name(args.chunks, 16, delay_ms=1), "stream": True}
     elif args.scenario == "tool_turn":
-        body = {"kind": "tool_turn", "model": model_name(), "prefix": f"prof{int(time.time())}"}
+        body = {"kind": "tool_turn", "model": model_name(), "prefix": f"prof{int(time.time())}",
+                "conversation": args.conversation}
     else:
         body = {"kind": "chat", "model": model_name(), "stream": False}
 

@@ -13,6 +13,8 @@ _LABELS: dict[str, str] = dict(LABELS)
 """Path labels of the report being rendered (``taskgate_workers`` names its N)."""
 _CAL: dict[str, float] = {"ms": 0.0}
 """The calibration time of the report being rendered (ms; 0: none)."""
+_CONVERSATION = {"new": "new", "task": "one per task"}
+"""The agent-turn table's conversation column (:func:`bench.scenarios.tool_turn`)."""
 
 
 def cal(v: dict[str, Any] | None, unit_ms: float = 1.0) -> str:
@@ -136,10 +138,14 @@ def render(s: dict[str, Any], meta: dict[str, Any], cfg: Config, paths: dict[str
                 "Each request carries a new tool call + result (unique ids), tokens spread over the tasks: the "
                 "loop guard judges the conversation's window and the ledger, counters and verdict go in one "
                 "statement when the window is known in the gateway (`taskgate_known_turn()`; a task's first "
-                "turn: `BEGIN`, `taskgate_agent_turn()`, `COMMIT`). ms.", ""]
-        rows = [[_label(r["path"]), str(r["c"]), fmt(r["p50"]), fmt(r["p99"]), fmt(r["added_p50"]),
-                 fmt(r["added_p99"]), fmt(r["vs_fast_path_p50"]), fmt(r["rps"], 0)] for r in s["tool_turn"]]
-        header = ["path", "c", "p50", "p99", "added p50", "added p99", "p50 − fast path p50", "req/s"]
+                "turn: `BEGIN`, `taskgate_agent_turn()`, `COMMIT`). *new*: each turn a new conversation's "
+                "first; *one per task*: all of a task's turns in one conversation, whose window (64 calls) "
+                "is read and judged on every turn. ms.", ""]
+        rows = [[_label(r["path"]), str(r["c"]), _CONVERSATION.get(r.get("conversation", "task"), "?"),
+                 fmt(r["p50"]), fmt(r["p99"]), fmt(r["added_p50"]), fmt(r["added_p99"]), fmt(r["vs_fast_path_p50"]),
+                 fmt(r["rps"], 0), fmt(r.get("x_fast_path_rps"))] for r in s["tool_turn"]]
+        header = ["path", "c", "conversation", "p50", "p99", "added p50", "added p99", "p50 − fast path p50",
+                  "req/s", "÷ fast path req/s"]
         out += _table(header, rows) + [""]
 
     # streaming

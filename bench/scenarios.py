@@ -94,16 +94,20 @@ def durable(paths: list[Path], cfg: Config, repeat: int) -> list[Record]:
 
 def tool_turn(paths: list[Path], cfg: Config, repeat: int) -> list[Record]:
     """Agent turns carrying a new tool result: taskgate's agent-turn admission path
-    (ledger writes, loop-guard verdict) on every request."""
+    (ledger writes, loop-guard verdict) on every request; each turn a new conversation,
+    or all of a task's turns one (``cfg.tool_turn_conversations``)."""
     out = []
     for c in cfg.tool_turn_concurrencies:
-        for p in paths:
-            if p.key not in TASKGATE:
-                continue
-            prefix = f"r{repeat}c{c}{p.key[9:12]}{int(time.time())}"
-            out.append(_record("tool_turn", p, {"c": c}, repeat, lambda p=p, c=c, prefix=prefix: _closed(
-                p, cfg, body={"kind": "tool_turn", "model": NONSTREAM_MODEL, "prefix": prefix},
-                concurrency=c, duration_s=cfg.duration_s, max_requests=15_000)))
+        for conversation in cfg.tool_turn_conversations:
+            for p in paths:
+                if p.key not in TASKGATE:
+                    continue
+                prefix = f"r{repeat}c{c}{conversation[0]}{p.key[9:12]}{int(time.time())}"
+                body = {"kind": "tool_turn", "model": NONSTREAM_MODEL, "prefix": prefix, "conversation": conversation}
+                out.append(_record("tool_turn", p, {"c": c, "conversation": conversation}, repeat,
+                                   lambda p=p, c=c, body=body: _closed(p, cfg, body=body, concurrency=c,
+                                                                       duration_s=cfg.duration_s,
+                                                                       max_requests=15_000)))
     return out
 
 

@@ -187,14 +187,17 @@ TASK_LIMITS = {
     "request_limit": 10**12,
     "stream_idle_timeout_s": 3600,
     "stream_first_event_timeout_s": 3600,
-    "loop_guard": {"identical_streak": 1_000_000, "failure_streak": 1_000_000, "cycle_repeats": 1_000_000,
-                   "empty_result_streak": 1_000_000, "response_repeats": 1_000_000},
+    "loop_guard": {"response_repeats": 1_000_000},
 }
 """Every benchmark task: effectively unlimited requests, a watchdog that never cuts
-a held stream, and loop-guard thresholds the synthetic agent turns never reach (the
-guard still records and judges every tool result and every answer; the history
-figure resends one conversation, whose identical answers would otherwise latch
-``repeated_response`` after five)."""
+a held stream, and the loop guard's default thresholds (the window a user gets: 64
+calls), which the synthetic agent turns never reach (every call and result differs),
+but for ``repeated_response``, off in effect: the bench's answers are all alike (the
+history figure resends one conversation; the agent turns show no earlier answer, so
+each counts). Until 2026-12-04 the other thresholds were 1,000,000 too, which made the
+guard's window 12,000,000 calls (:func:`app.guard.detector.window_size`): an agent
+turn of one conversation per task read, digested and judged all of its conversation's
+earlier calls, a cost growing through the run."""
 
 
 def create_tasks(gateway: Service, n: int) -> list[str]:

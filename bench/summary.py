@@ -99,27 +99,36 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _tool_turn(ix: Index, avail: list[str], cfg: Config, s: dict[str, Any]) -> None:
-    """Agent turns carrying a tool result (the locked admission path)."""
+    """Agent turns carrying a tool result (the agent-turn admission path), each a new
+    conversation or all of a task's one (``conversation``; records written before the
+    variant have no such parameter: one conversation per task)."""
     for c in cfg.tool_turn_concurrencies:
         direct50 = ix.series("latency", "direct", lambda r: pct(r, "latency_ms", "p50"), c=c)
         direct99 = ix.series("latency", "direct", lambda r: pct(r, "latency_ms", "p99"), c=c)
-        for p in avail:
-            if p not in TASKGATE:
-                continue
-            p50 = ix.series("tool_turn", p, lambda r: pct(r, "latency_ms", "p50"), c=c)
-            p99 = ix.series("tool_turn", p, lambda r: pct(r, "latency_ms", "p99"), c=c)
-            fast50 = ix.series("latency", p, lambda r: pct(r, "latency_ms", "p50"), c=c)
-            s["tool_turn"].append({
-                "path": p, "c": c, "error": ix.error("tool_turn", p, c=c),
-                "p50": agg(p50.values()), "p99": agg(p99.values()),
-                "added_p50": agg(paired(p50, direct50, lambda a, b: a - b)),
-                "added_p99": agg(paired(p99, direct99, lambda a, b: a - b)),
-                "vs_fast_path_p50": agg(paired(p50, fast50, lambda a, b: a - b)),
-                "rps": agg(ix.series("tool_turn", p, rate, c=c).values()),
-                "x_fast_path_rps": agg(paired(ix.series("tool_turn", p, rate, c=c), ix.series("latency", p, rate, c=c),
-                                              lambda a, b: a / b)),
-                "errors": sum(sum(res.get("errors", {}).values()) for res in ix.results("tool_turn", p, c=c).values()),
-            })
+        for conversation in cfg.tool_turn_conversations:
+            for p in avail:
+                if p not in TASKGATE:
+                    continue
+                at: dict[str, Any] = {"c": c, "conversation": conversation}
+                if conversation == "task" and not ix.results("tool_turn", p, **at):
+                    at = {"c": c}  # an older run's records
+                if not ix.results("tool_turn", p, **at) and not ix.error("tool_turn", p, **at):
+                    continue
+                p50 = ix.series("tool_turn", p, lambda r: pct(r, "latency_ms", "p50"), **at)
+                p99 = ix.series("tool_turn", p, lambda r: pct(r, "latency_ms", "p99"), **at)
+                fast50 = ix.series("latency", p, lambda r: pct(r, "latency_ms", "p50"), c=c)
+                s["tool_turn"].append({
+                    "path": p, "c": c, "conversation": conversation, "error": ix.error("tool_turn", p, **at),
+                    "p50": agg(p50.values()), "p99": agg(p99.values()),
+                    "added_p50": agg(paired(p50, direct50, lambda a, b: a - b)),
+                    "added_p99": agg(paired(p99, direct99, lambda a, b: a - b)),
+                    "vs_fast_path_p50": agg(paired(p50, fast50, lambda a, b: a - b)),
+                    "rps": agg(ix.series("tool_turn", p, rate, **at).values()),
+                    "x_fast_path_rps": agg(paired(ix.series("tool_turn", p, rate, **at),
+                                                  ix.series("latency", p, rate, c=c), lambda a, b: a / b)),
+                    "errors": sum(sum(res.get("errors", {}).values())
+                                  for res in ix.results("tool_turn", p, **at).values()),
+                })
 
 
 def _throughput(ix: Index, avail: list[str], cfg: Config, s: dict[str, Any]) -> None:

@@ -79,9 +79,14 @@ def targets(s: dict[str, Any], cfg: Config) -> list[dict[str, Any]]:
     top_row = find_row(s["latency"], path=MAIN, c=cs[-1])
     add(f"p99 ÷ p50, c={cs[-1]}", _ratio(top_row and top_row.get("p99"), top_row and top_row.get("p50")), 4.0, "×",
         False, "medians over repeats of the client's p99 and p50 (bench.load)")
-    turn = find_row(s["tool_turn"], path=MAIN, c=16) or {}
+    turn = find_row(s["tool_turn"], path=MAIN, c=16, conversation="new") or {}
     add("agent turn with a tool result ÷ fast path, req/s, c=16", turn.get("x_fast_path_rps"), 0.85, "×", True,
-        "tool_turn req/s ÷ latency req/s at c=16, same repeat (both closed loops on the same gateway)")
+        "tool_turn req/s ÷ latency req/s at c=16, same repeat (both closed loops on the same gateway); each turn "
+        "a new conversation's")
+    long_turn = find_row(s["tool_turn"], path=MAIN, c=16, conversation="task") or {}
+    add("agent turn, one conversation per task (window at its cap) ÷ fast path, c=16",
+        long_turn.get("x_fast_path_rps"), 0.85, "×", True,
+        "as above, all of a task's turns in one conversation: the guard's window of 64 calls read and judged")
     add("throughput vs LiteLLM", thr.get("x_litellm"), 20.0, "×", True,
         "best req/s (any c) taskgate ÷ LiteLLM, same repeat")
     dur = find_row(s["durable"], path=MAIN, c=1)

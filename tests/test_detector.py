@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from app.guard.detector import (
+    MAX_WINDOW,
     MIN_WINDOW,
     OK,
     Action,
@@ -363,6 +364,9 @@ def test_ok_verdict_shape() -> None:
         pytest.param(Thresholds(per_tool={"poll": 20}), 4 * 3 * 20, id="override-widens-cycle"),
         pytest.param(Thresholds(failure_streak=30), 120, id="failure"),
         pytest.param(Thresholds(identical_streak=50), 200, id="identical"),
+        pytest.param(Thresholds(identical_streak=256), MAX_WINDOW, id="identical-at-the-cap"),
+        pytest.param(Thresholds(identical_streak=1_000_000, cycle_repeats=1_000_000, failure_streak=1_000_000),
+                     MAX_WINDOW, id="off-in-effect-capped"),
     ],
 )
 def test_window_size(thresholds: Thresholds, expected: int) -> None:
@@ -379,6 +383,17 @@ def test_window_size(thresholds: Thresholds, expected: int) -> None:
 )
 def test_window_keeps_verdict(history: list[CallRecord]) -> None:
     assert detect(history[-window_size(DEFAULT) :], DEFAULT) == detect(history, DEFAULT)
+
+
+def test_a_capped_window_still_sees_a_run_as_long_as_the_cap() -> None:
+    """Thresholds past MAX_WINDOW / WINDOW_FACTOR: the window stops growing, and a run as
+    long as the threshold, after thousands of other calls, is still seen whole."""
+    thresholds = Thresholds(identical_streak=700)
+    history = read_edit_test(1000) + same(700)
+    window = history[-window_size(thresholds):]
+    assert len(window) == MAX_WINDOW < len(history)
+    verdict = detect(window, thresholds)
+    assert verdict.action is Action.STOP and verdict.reason == "repeated_tool_call" and verdict.count == 700
 
 
 # --- validation -------------------------------------------------------------------

@@ -76,6 +76,10 @@ CYCLE_LENGTHS: tuple[int, ...] = (2, 3)
 #: records and for failure streaks interleaved with other tools' calls.
 WINDOW_FACTOR = 4
 MIN_WINDOW = 64
+#: The most records :func:`window_size` loads, whatever the thresholds: every agent turn
+#: reads, digests and judges its conversation's window (1,024 records: a run of up to
+#: 1,024 calls is still seen whole, 256 with the full headroom).
+MAX_WINDOW = 1024
 
 REASON_REPEATED_TOOL_CALL: Final[StopReason] = "repeated_tool_call"
 REASON_TOOL_CALL_CYCLE: Final[StopReason] = "tool_call_cycle"
@@ -344,13 +348,16 @@ def window_size(thresholds: Thresholds) -> int:
 
     The longest run any rule needs is max(identical threshold incl. overrides,
     3 x cycle threshold, failure streak); the window is ``WINDOW_FACTOR`` times
-    that, at least ``MIN_WINDOW`` (64 for the defaults). A shorter history only
-    shortens runs, so a window can miss a loop (e.g. a failure streak interleaved
-    with very many other calls) but never causes a false stop.
+    that, at least ``MIN_WINDOW`` (64 for the defaults) and at most ``MAX_WINDOW``
+    (1,024: thresholds set far above any real loop, say 1,000,000 to turn a rule off
+    in effect, would have every turn read its conversation's whole ledger). A
+    shorter history only shortens runs, so a window can miss a loop (e.g. a failure
+    streak interleaved with very many other calls, a run longer than ``MAX_WINDOW``)
+    but never causes a false stop.
     """
     identical = max([thresholds.identical_streak, *thresholds.per_tool.values()])
     cycle = max(CYCLE_LENGTHS) * thresholds.cycle_threshold(thresholds.per_tool)
     need = max(identical, cycle, thresholds.failure_streak, thresholds.empty_result_streak,
                2 * thresholds.no_progress_reruns)
-    return max(MIN_WINDOW, WINDOW_FACTOR * need)
+    return min(MAX_WINDOW, max(MIN_WINDOW, WINDOW_FACTOR * need))
 
