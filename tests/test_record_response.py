@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from app.admission.cost import Settlement
+from app.db import commits, settlements
 from app.db import tasks as task_rows
 from app.guard.detector import Action
 from app.proxy.accounting import Accounting
@@ -160,11 +161,13 @@ async def test_accounting_sets_a_failed_latch_again_without_recording_the_respon
     assert (event["reason"], event["detail"]["request_id"]) == ("tool_call_limit", "req-2")
 
 
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed-in-a-settlement-round"])
 async def test_accounting_sets_a_failed_repeated_response_latch_again_counting_the_answer_once(pool, database_url,
-                                                                                               monkeypatch):
+                                                                                               monkeypatch, keyed):
     """The same for a text answer's ``repeated_response`` stop: the answer's statement has
     committed its usage and streak when the latch fails; the latch is set again on its
-    own and the usage stays counted once."""
+    own and the usage stays counted once. Keyed (an admitted request): the answer settles
+    through the settlement batcher (app.db.settlements)."""
     settings = Settings(database_url=database_url, response_repeats=2, rule_actions={"repeated_response": "latch"})
     task_id = await _task(pool)
     real, attempts = task_rows.set_latch, []
@@ -176,10 +179,13 @@ async def test_accounting_sets_a_failed_repeated_response_latch_again_counting_t
         return await real(*args, **kwargs)
 
     monkeypatch.setattr(task_rows, "set_latch", failing_once)
+    sent = settlements.batcher(pool).items
     for _ in range(2):  # the same answer twice: the second reaches the threshold
-        accounting = Accounting(pool, settings, task_id, KEY, guard_enabled=True, count_answer=True)
+        accounting = Accounting(pool, settings, task_id, KEY, guard_enabled=True, count_answer=True,
+                                admission_key=commits.new_key() if keyed else None)
         await accounting(Outcome(summary=ResponseSummary(usage=Usage(input_tokens=7, output_tokens=3),
                                                          terminal_seen=True, text_sha256="b" * 64)))
+    assert settlements.batcher(pool).items - sent == (2 if keyed else 0)
     assert attempts == [task_id, task_id]
     assert await _counters(pool, task_id) == (14, 6, Decimal(0), Decimal(0), 0, "stopped")
     assert await pool.fetchval("SELECT stop_reason FROM tasks WHERE id = $1", task_id) == "repeated_response"

@@ -27,7 +27,8 @@ retried after a lost commit, it writes nothing again when the first one landed. 
 budget windows settled apart the unit is one statement, which marks the admission
 settled itself (a response's tool calls: 1 round trip, was 4), or a round of
 :mod:`app.db.settlements`' batcher (usage, and a text answer the loop guard judges). A
-database that cannot be reached leaves the unit to the backlog (:func:`retried`). Nothing is refunded.
+database that cannot be reached leaves the unit to the backlog (:func:`retried`).
+Nothing is refunded.
 """
 
 from __future__ import annotations
