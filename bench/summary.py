@@ -114,6 +114,7 @@ def _tool_turn(ix: Index, avail: list[str], cfg: Config, s: dict[str, Any]) -> N
                     at = {"c": c}  # an older run's records
                 if not ix.results("tool_turn", p, **at) and not ix.error("tool_turn", p, **at):
                     continue
+                turn_rps = ix.series("tool_turn", p, rate, **at)
                 p50 = ix.series("tool_turn", p, lambda r: pct(r, "latency_ms", "p50"), **at)
                 p99 = ix.series("tool_turn", p, lambda r: pct(r, "latency_ms", "p99"), **at)
                 fast50 = ix.series("latency", p, lambda r: pct(r, "latency_ms", "p50"), c=c)
@@ -123,9 +124,8 @@ def _tool_turn(ix: Index, avail: list[str], cfg: Config, s: dict[str, Any]) -> N
                     "added_p50": agg(paired(p50, direct50, lambda a, b: a - b)),
                     "added_p99": agg(paired(p99, direct99, lambda a, b: a - b)),
                     "vs_fast_path_p50": agg(paired(p50, fast50, lambda a, b: a - b)),
-                    "rps": agg(ix.series("tool_turn", p, rate, **at).values()),
-                    "x_fast_path_rps": agg(paired(ix.series("tool_turn", p, rate, **at),
-                                                  ix.series("latency", p, rate, c=c), lambda a, b: a / b)),
+                    "rps": agg(turn_rps.values()),
+                    "x_fast_path_rps": agg(paired(turn_rps, ix.series("latency", p, rate, c=c), lambda a, b: a / b)),
                     "errors": sum(sum(res.get("errors", {}).values())
                                   for res in ix.results("tool_turn", p, **at).values()),
                 })
